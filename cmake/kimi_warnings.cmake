@@ -1,0 +1,22 @@
+# Warnings for project code only; generated protobuf code and third-party headers are not held to them.
+function(kimi_warnings target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter -Wnon-virtual-dtor -Wimplicit-fallthrough>
+    $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${KIMI_WERROR}>>:-Werror>
+    $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wno-unused-parameter>
+    $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${KIMI_WERROR}>>:--Werror=all-warnings -Xcompiler=-Werror>)
+endfunction()
+
+# One GoogleTest binary per source folder; ctest sees every TEST through gtest_discover_tests.
+function(kimi_test name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  kimi_warnings(${name})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  set(labels unit)
+  if(ARG_LABELS)
+    set(labels ${ARG_LABELS})
+  endif()
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 120 PROPERTIES LABELS "${labels}"
+                       ENVIRONMENT "KIMI_SOURCE_DIR=${CMAKE_SOURCE_DIR};KIMI_BUILD_DIR=${CMAKE_BINARY_DIR}")
+endfunction()

@@ -1,0 +1,170 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/layers.h"
+#include "kernels/cpu/ops.h"
+
+namespace kimi {
+namespace {
+
+using layers::SeqSpan;
+using layers::StepLayout;
+
+absl::Status Validate(const ModelConfig& c, std::span<const SequenceStep> batch,
+                      const EngineState& state) {
+  const bool has_kda = c.NumLayersOf(LayerKind::kKda) > 0;
+  const bool has_mla = c.NumLayersOf(LayerKind::kMla) > 0;
+  if (has_kda && !state.kda) return absl::InvalidArgumentError("Step: no KDA state pool");
+  if (has_mla && !state.kv) return absl::InvalidArgumentError("Step: no MLA KV cache");
+  std::vector<char> slot_used(has_kda ? state.kda->num_slots() : 0, 0);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SequenceStep& s = batch[i];
+    const auto where = [&] { return absl::StrCat("Step: sequence ", i, ": "); };
+    if (s.tokens.empty()) return absl::InvalidArgumentError(absl::StrCat(where(), "no tokens"));
+    if (s.pos0 < 0) return absl::InvalidArgumentError(absl::StrCat(where(), "pos0 < 0"));
+    for (int32_t id : s.tokens) {
+      if (id < 0 || id >= c.vocab) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where(), "token id ", id, " outside [0, ", c.vocab, ")"));
+      }
+    }
+    if (has_kda) {
+      if (s.kda_slot < 0 || s.kda_slot >= state.kda->num_slots()) {
+        return absl::InvalidArgumentError(absl::StrCat(where(), "KDA slot ", s.kda_slot,
+                                                       " outside the pool"));
+      }
+      if (slot_used[s.kda_slot]++) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where(), "KDA slot ", s.kda_slot, " used twice in one step"));
+      }
+    }
+    if (has_mla) {
+      const int64_t end = s.pos0 + static_cast<int64_t>(s.tokens.size());
+      const int64_t needed = (end + state.kv->page_size() - 1) / state.kv->page_size();
+      if (static_cast<int64_t>(s.pages.size()) < needed) {
+        return absl::InvalidArgumentError(absl::StrCat(where(), "page table has ", s.pages.size(),
+                                                       " pages, positions up to ", end,
+                                                       " need ", needed));
+      }
+      for (int64_t p = 0; p < needed; ++p) {
+        if (s.pages[p] < 0 || s.pages[p] >= state.kv->num_pages()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where(), "page ", s.pages[p], " outside the cache"));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Kimi K3's Block Attention Residuals replace h = h + f(h) (KIMI_K3.md 5.1). `hidden` holds the
+// current block's partial sum; `bank` [T, NB, hidden] the closed blocks (row 0 = embedding).
+struct Residual {
+  const ModelConfig& c;
+  int64_t T;
+  std::vector<float> hidden;  // [T, d]
+  std::vector<float> bank;    // [T, NB, d]
+  int64_t banked = 0;
+  std::vector<float> mix;  // [T, d] scratch
+
+  bool attn_res() const { return c.attn_res_block > 0; }
+  int64_t stride() const { return c.AttnResBankRows() * c.hidden; }
+
+  // The input of the next sublayer: a softmax-over-depth mix, or the residual stream itself.
+  const float* Input(const float* w) {
+    if (!attn_res() || banked == 0) return hidden.data();
+    cpu::AttnRes(mix.data(), nullptr, bank.data(), stride(), banked, hidden.data(), w, T, c.hidden,
+                 c.rms_eps);
+    return mix.data();
+  }
+  // Before the attention sublayer of a block-write layer the partial sum is banked and restarts.
+  bool CloseBlockIfDue(int64_t layer) {
+    if (!attn_res() || layer % c.attn_res_block != 0) return false;
+    for (int64_t t = 0; t < T; ++t) {
+      std::copy_n(&hidden[t * c.hidden], c.hidden, &bank[t * stride() + banked * c.hidden]);
+    }
+    ++banked;
+    return true;
+  }
+  void Add(const float* y, bool restart) {
+    if (restart) {
+      std::copy_n(y, T * c.hidden, hidden.data());
+    } else {
+      for (int64_t i = 0; i < T * c.hidden; ++i) hidden[i] += y[i];
+    }
+  }
+};
+
+}  // namespace
+
+absl::Status Engine::Step(std::span<const SequenceStep> batch, EngineState& state,
+                          StepOutput* out) const {
+  const ModelConfig& c = model_.config();
+  const ModelWeights& w = model_.weights();
+  if (absl::Status s = Validate(c, batch, state); !s.ok()) return s;
+
+  StepLayout layout;
+  std::vector<int32_t> tokens;
+  for (const SequenceStep& s : batch) {
+    layout.seqs.push_back(SeqSpan{layout.tokens, static_cast<int64_t>(s.tokens.size()), s.pos0,
+                                  s.kda_slot, s.pages});
+    layout.tokens += static_cast<int64_t>(s.tokens.size());
+    tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
+  }
+  const int64_t T = layout.tokens, d = c.hidden;
+
+  Residual r{c, T, std::vector<float>(T * d), {}, 0, {}};
+  if (r.attn_res()) {
+    r.bank.assign(T * r.stride(), 0.0f);
+    r.mix.resize(T * d);
+  }
+  for (int64_t t = 0; t < T; ++t) cpu::DequantizeRow(&r.hidden[t * d], w.embed, tokens[t]);
+
+  std::vector<float> normed(T * d), y(T * d);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& L = w.layers[l];
+    const float* in = r.Input(L.attn_res_attn);
+    const bool restart = r.CloseBlockIfDue(l);
+    cpu::RmsNorm(normed.data(), in, L.input_norm, T, d, c.rms_eps);
+    if (c.layer_kinds[l] == LayerKind::kKda) {
+      layers::Kda(c, L.kda, c.KindIndex(l), normed.data(), y.data(), layout, *state.kda);
+    } else {
+      layers::Mla(c, L.mla, c.KindIndex(l), normed.data(), y.data(), layout, *state.kv);
+    }
+    r.Add(y.data(), restart);
+
+    in = r.Input(L.attn_res_mlp);
+    cpu::RmsNorm(normed.data(), in, L.post_norm, T, d, c.rms_eps);
+    if (L.is_moe) {
+      layers::Moe(c, L.moe, normed.data(), y.data(), T);
+    } else {
+      layers::GatedMlp(c, L.mlp, normed.data(), y.data(), T);
+    }
+    r.Add(y.data(), /*restart=*/false);
+  }
+
+  // Rows that need logits, then the final (mix,) norm and lm_head on those rows only.
+  out->vocab = c.vocab;
+  out->first_row.assign(batch.size(), -1);
+  std::vector<int64_t> rows;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SeqSpan& s = layout.seqs[i];
+    if (batch[i].logits == LogitsWanted::kNone) continue;
+    out->first_row[i] = static_cast<int64_t>(rows.size());
+    const int64_t from = batch[i].logits == LogitsWanted::kAll ? 0 : s.count - 1;
+    for (int64_t t = from; t < s.count; ++t) rows.push_back(s.offset + t);
+  }
+  const float* final_in = r.Input(w.attn_res_out);
+  std::vector<float> picked(rows.size() * d);
+  for (size_t i = 0; i < rows.size(); ++i) std::copy_n(final_in + rows[i] * d, d, &picked[i * d]);
+  const int64_t n = static_cast<int64_t>(rows.size());
+  cpu::RmsNorm(picked.data(), picked.data(), w.final_norm, n, d, c.rms_eps);
+  out->logits.resize(n * c.vocab);
+  cpu::MatMul(out->logits.data(), picked.data(), w.lm_head, n);
+  return absl::OkStatus();
+}
+
+}  // namespace kimi

@@ -1,0 +1,56 @@
+// The engine: one forward step of a loaded model over a batch that mixes prefill chunks and decode
+// tokens of many requests.
+//
+// Thread contract: an Engine is immutable after construction and holds no per-request state.
+// Step() reads and writes only the state pools passed in, at the slots and pages each sequence
+// names. One thread calls Step() at a time (the kernels parallelise inside it).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/state.h"
+#include "engine/weights.h"
+
+namespace kimi {
+
+enum class LogitsWanted { kNone, kLast, kAll };
+
+// One request's share of a step: `tokens` at positions pos0 .. pos0 + n - 1.
+struct SequenceStep {
+  int64_t kda_slot = -1;           // slot in KdaStatePool (ignored by models without KDA layers)
+  std::span<const int32_t> pages;  // MLA page table covering positions [0, pos0 + n)
+  int64_t pos0 = 0;                // tokens already folded into the state
+  std::span<const int32_t> tokens;
+  LogitsWanted logits = LogitsWanted::kLast;
+};
+
+struct EngineState {
+  KdaStatePool* kda = nullptr;
+  MlaKvCache* kv = nullptr;
+};
+
+struct StepOutput {
+  int64_t vocab = 0;
+  std::vector<float> logits;         // [rows, vocab], fp32
+  std::vector<int64_t> first_row;    // per sequence: its first row in `logits`, -1 if none
+};
+
+class Engine {
+ public:
+  explicit Engine(const Model& model) : model_(model) {}
+
+  // Runs one step. Invalid input (token id out of range, slot or page missing) returns
+  // InvalidArgument before any state is touched.
+  absl::Status Step(std::span<const SequenceStep> batch, EngineState& state,
+                    StepOutput* out) const;
+
+  const Model& model() const { return model_; }
+
+ private:
+  const Model& model_;
+};
+
+}  // namespace kimi

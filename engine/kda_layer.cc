@@ -1,0 +1,77 @@
+// Kimi Delta Attention layer (KIMI_LINEAR.md 3.1, KIMI_K3.md 5.3):
+//   q,k,v = silu(causal_conv(x W^T)); q,k L2-normalised per head; beta = sigmoid(x W_b^T)
+//   g     = decay gate of the low-rank f_b(f_a(x))
+//   o     = KDA(q, k, v, g, beta) with the sequence's recurrent state
+//   out   = o_proj( RMSNorm_head(o) * sigmoid(output gate) )
+#include <cmath>
+#include <vector>
+
+#include "engine/layers.h"
+#include "kernels/cpu/ops.h"
+
+namespace kimi::layers {
+
+void Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, const float* x, float* out,
+         const StepLayout& layout, KdaStatePool& pool) {
+  using namespace kimi::cpu;
+  const int64_t T = layout.tokens;
+  const int64_t H = c.kda.num_heads, K = c.kda.head_dim, P = c.kda.projection();
+  const int W = static_cast<int>(c.kda.conv_kernel);
+
+  std::vector<float> proj(3 * T * P);  // [3][T, P]: q, k, v before the conv
+  MatMul(proj.data(), x, w.q_proj, T);
+  MatMul(proj.data() + T * P, x, w.k_proj, T);
+  MatMul(proj.data() + 2 * T * P, x, w.v_proj, T);
+  std::vector<float> qkv(3 * T * P);  // after conv + SiLU
+  const float* conv_w[3] = {w.q_conv, w.k_conv, w.v_conv};
+  for (const SeqSpan& s : layout.seqs) {
+    float* conv_state = pool.Conv(s.kda_slot, kda_index);  // [3, W-1, P]
+    for (int i = 0; i < 3; ++i) {
+      CausalConv1dSilu(qkv.data() + i * T * P + s.offset * P, P,
+                       proj.data() + i * T * P + s.offset * P, P, s.count, P, conv_w[i], W,
+                       conv_state + i * (W - 1) * P);
+    }
+  }
+  float* q = qkv.data();
+  float* k = q + T * P;
+  float* v = k + T * P;
+  L2Norm(q, T * H, K, 1e-6f);
+  L2Norm(k, T * H, K, 1e-6f);
+
+  // Decay gate (fp32) and beta.
+  std::vector<float> low(T * K), g(T * P), beta(T * H);
+  MatMul(low.data(), x, w.f_a, T);
+  MatMul(g.data(), low.data(), w.f_b, T);
+  KdaGate(g.data(), g.data(), T, H, K, w.a_log, w.dt_bias, c.kda.gate_lower_bound);
+  MatMul(beta.data(), x, w.b_proj, T);
+  for (float& b : beta) b = Sigmoid(b);
+
+  std::vector<float> o(T * P);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(K));
+  for (const SeqSpan& s : layout.seqs) {
+    const KdaDims d{s.count, H, K, K};
+    const int64_t a = s.offset * P;
+    float* state = pool.Recurrent(s.kda_slot, kda_index);
+    // One token: the recurrence. More: the chunked form on the absolute 64-token grid.
+    if (s.count == 1) {
+      KdaRecurrent(o.data() + a, q + a, k + a, v + a, g.data() + a, beta.data() + s.offset * H,
+                   state, d, scale);
+    } else {
+      KdaChunk(o.data() + a, q + a, k + a, v + a, g.data() + a, beta.data() + s.offset * H, state,
+               d, scale, s.pos0);
+    }
+  }
+
+  // Output gate: low rank (Kimi Linear) or full rank (K3); reuse `g` for it.
+  if (c.kda.full_rank_gate) {
+    MatMul(g.data(), x, w.g_proj, T);
+  } else {
+    MatMul(low.data(), x, w.g_a, T);
+    MatMul(g.data(), low.data(), w.g_b, T);
+  }
+  RmsNorm(o.data(), o.data(), w.o_norm, T * H, K, c.rms_eps);
+  for (int64_t i = 0; i < T * P; ++i) o[i] *= Sigmoid(g[i]);
+  MatMul(out, o.data(), w.o_proj, T);
+}
+
+}  // namespace kimi::layers

@@ -1,0 +1,37 @@
+// Private to engine/: the per-layer pieces of the forward pass. Each takes the normalised input of
+// its sublayer for all tokens of the step and writes that sublayer's output.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace kimi::layers {
+
+// Where each sequence's tokens sit in the step's token-major buffers; built once per step.
+struct SeqSpan {
+  int64_t offset = 0;  // first row in the step's [T, ...] buffers
+  int64_t count = 0;
+  int64_t pos0 = 0;
+  int64_t kda_slot = -1;
+  std::span<const int32_t> pages;
+};
+
+struct StepLayout {
+  int64_t tokens = 0;
+  std::vector<SeqSpan> seqs;
+};
+
+// x, out: [T, hidden].
+void Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, const float* x, float* out,
+         const StepLayout& layout, KdaStatePool& pool);
+void Mla(const ModelConfig& c, const MlaWeights& w, int64_t mla_index, const float* x, float* out,
+         const StepLayout& layout, MlaKvCache& cache);
+// Gated MLP on rows of width w.gate.cols: out [rows, w.down.rows].
+void GatedMlp(const ModelConfig& c, const MlpWeights& w, const float* x, float* out,
+              int64_t rows);
+void Moe(const ModelConfig& c, const MoeWeights& w, const float* x, float* out, int64_t rows);
+
+}  // namespace kimi::layers

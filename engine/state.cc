@@ -1,0 +1,62 @@
+#include "engine/state.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace kimi {
+
+KdaStatePool::KdaStatePool(const ModelConfig& c, int64_t num_slots)
+    : num_slots_(num_slots),
+      layers_(c.NumLayersOf(LayerKind::kKda)),
+      recurrent_(c.kda.num_heads * c.kda.head_dim * c.kda.head_dim),
+      per_layer_(recurrent_ + 3 * (c.kda.conv_kernel - 1) * c.kda.projection()),
+      data_(num_slots * layers_ * per_layer_, 0.0f) {}
+
+int64_t KdaStatePool::SlotBytes(const ModelConfig& c) {
+  const int64_t per_layer = c.kda.num_heads * c.kda.head_dim * c.kda.head_dim +
+                            3 * (c.kda.conv_kernel - 1) * c.kda.projection();
+  return c.NumLayersOf(LayerKind::kKda) * per_layer * static_cast<int64_t>(sizeof(float));
+}
+
+void KdaStatePool::Clear(int64_t slot) {
+  std::fill_n(data_.data() + slot * SlotFloats(), SlotFloats(), 0.0f);
+}
+
+void KdaStatePool::CopySlot(int64_t from, int64_t to) {
+  std::memcpy(data_.data() + to * SlotFloats(), data_.data() + from * SlotFloats(),
+              SlotFloats() * sizeof(float));
+}
+
+void KdaStatePool::SaveSlot(int64_t slot, float* out) const {
+  std::memcpy(out, data_.data() + slot * SlotFloats(), SlotFloats() * sizeof(float));
+}
+
+void KdaStatePool::LoadSlot(int64_t slot, const float* in) {
+  std::memcpy(data_.data() + slot * SlotFloats(), in, SlotFloats() * sizeof(float));
+}
+
+MlaKvCache::MlaKvCache(const ModelConfig& c, int64_t num_pages, int64_t page_size)
+    : layers_(c.NumLayersOf(LayerKind::kMla)),
+      num_pages_(num_pages),
+      page_size_(page_size),
+      width_(c.mla.cache_width()),
+      data_(layers_ * num_pages * page_size * width_, 0.0f) {}
+
+int64_t MlaKvCache::BytesPerToken(const ModelConfig& c) {
+  return c.NumLayersOf(LayerKind::kMla) * c.mla.cache_width() *
+         static_cast<int64_t>(sizeof(float));
+}
+
+void MlaKvCache::CopyPage(int32_t from, int32_t to) {
+  const int64_t page = page_size_ * width_;
+  for (int64_t l = 0; l < layers_; ++l) {
+    float* pool = LayerPool(l);
+    std::memcpy(pool + to * page, pool + from * page, page * sizeof(float));
+  }
+}
+
+int64_t AttnResCacheBytes(const ModelConfig& c, int64_t tokens) {
+  return tokens * c.AttnResBankRows() * c.hidden * static_cast<int64_t>(sizeof(float));
+}
+
+}  // namespace kimi

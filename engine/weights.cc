@@ -1,0 +1,258 @@
+#include "engine/weights.h"
+
+#include <cstring>
+#include <set>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "engine/tensor_set.h"
+
+namespace kimi {
+namespace {
+
+bool IsFloat(DType t) { return t == DType::kBF16 || t == DType::kF16 || t == DType::kF32; }
+
+absl::Status CheckTensor(const TensorSpec& spec, const TensorInfo* t) {
+  if (!t) {
+    return absl::NotFoundError(absl::StrCat("missing tensor ", spec.name, " (expected shape ",
+                                            ShapeString(spec.shape), ")"));
+  }
+  if (t->shape != spec.shape && !(spec.alt_shape && t->shape == *spec.alt_shape)) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", spec.name, " has shape ",
+                                                   ShapeString(t->shape), " in ", t->file,
+                                                   " but the config implies ",
+                                                   ShapeString(spec.shape)));
+  }
+  const bool ok = spec.role == TensorRole::kFloat ? IsFloat(t->dtype) : t->dtype == DType::kU8;
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", spec.name, " has dtype ", DTypeName(t->dtype), ", expected ",
+        spec.role == TensorRole::kFloat ? "BF16, F16 or F32" : "U8 (MXFP4 packed)"));
+  }
+  return absl::OkStatus();
+}
+
+WeightFormat FormatOf(DType t) {
+  switch (t) {
+    case DType::kBF16:
+      return WeightFormat::kBF16;
+    case DType::kF16:
+      return WeightFormat::kF16;
+    default:
+      return WeightFormat::kF32;
+  }
+}
+
+}  // namespace
+
+const float* Model::Vec(const TensorInfo& t, int64_t count) {
+  const int64_t n = count < 0 ? t.numel() : count;
+  auto buf = std::make_unique<float[]>(n);
+  for (int64_t i = 0; i < n; ++i) {
+    switch (t.dtype) {
+      case DType::kF32: {
+        float f;
+        std::memcpy(&f, t.data + 4 * i, 4);
+        buf[i] = f;
+        break;
+      }
+      case DType::kBF16: {
+        uint16_t h;
+        std::memcpy(&h, t.data + 2 * i, 2);
+        buf[i] = Bf16ToF32(h);
+        break;
+      }
+      case DType::kF16: {
+        uint16_t h;
+        std::memcpy(&h, t.data + 2 * i, 2);
+        buf[i] = F16ToF32(h);
+        break;
+      }
+      default:
+        buf[i] = 0.0f;  // unreachable: CheckTensor admits only float types here
+    }
+  }
+  owned_.push_back(std::move(buf));
+  return owned_.back().get();
+}
+
+const float* Model::Fold(const float* a, const float* b, int64_t n) {
+  auto buf = std::make_unique<float[]>(n);
+  for (int64_t i = 0; i < n; ++i) buf[i] = a[i] * b[i];
+  owned_.push_back(std::move(buf));
+  return owned_.back().get();
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const Options& opts) {
+  std::unique_ptr<Model> m(new Model);
+  m->dir_ = dir;
+  auto config = LoadModelConfig(dir);
+  if (!config.ok()) return config.status();
+  m->config_ = std::move(*config);
+  auto log = [&](const std::string& line) {
+    if (opts.log) opts.log(line);
+  };
+  for (const std::string& note : m->config_.notes) log(note);
+  auto ckpt = Checkpoint::Open(dir);
+  if (!ckpt.ok()) return ckpt.status();
+  m->checkpoint_ = std::move(*ckpt);
+  if (absl::Status s = m->Bind(opts); !s.ok()) return s;
+  return m;
+}
+
+absl::Status Model::Bind(const Options& opts) {
+  const ModelConfig& c = config_;
+  const std::vector<TensorSpec> specs = ExpectedTensors(c);
+  std::unordered_map<std::string, const TensorInfo*> found;
+  for (const TensorSpec& spec : specs) {
+    const TensorInfo* t = checkpoint_->Find(spec.name);
+    if (absl::Status s = CheckTensor(spec, t); !s.ok()) return s;
+    found.emplace(spec.name, t);
+  }
+  int64_t skipped = 0;
+  for (const auto& [name, t] : checkpoint_->tensors()) {
+    if (found.count(name)) continue;
+    if (IsSkippedTensor(c, name)) {
+      ++skipped;
+      continue;
+    }
+    return absl::InvalidArgumentError(absl::StrCat("unexpected tensor ", name, " ",
+                                                   ShapeString(t.shape), " in ", t.file,
+                                                   ": not part of the layout config.json implies"));
+  }
+  if (skipped > 0 && opts.log) {
+    opts.log(absl::StrCat("skipped ", skipped, " tensors outside the text model (vision tower, "
+                          "rotary buffers)"));
+  }
+
+  const std::string& pre = c.tensor_prefix;
+  auto info = [&](const std::string& name) -> const TensorInfo& {
+    return *found.at(pre + name);
+  };
+  auto mat = [&](const std::string& name) {
+    const TensorInfo& t = info(name + ".weight");
+    Weight w;
+    w.data = t.data;
+    w.format = FormatOf(t.dtype);
+    w.rows = t.shape[0];
+    w.cols = t.shape[1];
+    return w;
+  };
+  auto packed = [&](const std::string& base) {
+    if (!c.moe.mxfp4_experts) return mat(base);
+    const TensorInfo& p = info(base + ".weight_packed");
+    Weight w;
+    w.data = p.data;
+    w.scales = info(base + ".weight_scale").data;
+    w.format = WeightFormat::kMxfp4;
+    w.rows = p.shape[0];
+    w.cols = p.shape[1] * 2;
+    return w;
+  };
+  auto vec = [&](const std::string& name, int64_t count = -1) { return Vec(info(name), count); };
+
+  ModelWeights& w = weights_;
+  w.embed = mat("model.embed_tokens");
+  w.lm_head = mat("lm_head");
+  w.final_norm = vec("model.norm.weight");
+  if (c.attn_res_block > 0) {
+    w.attn_res_out = Fold(vec("model.output_attn_res_norm.weight"),
+                          vec("model.output_attn_res_proj.weight"), c.hidden);
+  }
+  w.layers.resize(c.num_layers);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    LayerWeights& L = w.layers[l];
+    const std::string p = absl::StrCat("model.layers.", l, ".");
+    L.input_norm = vec(p + "input_layernorm.weight");
+    L.post_norm = vec(p + "post_attention_layernorm.weight");
+    if (c.attn_res_block > 0) {
+      L.attn_res_attn = Fold(vec(p + "self_attention_res_norm.weight"),
+                             vec(p + "self_attention_res_proj.weight"), c.hidden);
+      L.attn_res_mlp =
+          Fold(vec(p + "mlp_res_norm.weight"), vec(p + "mlp_res_proj.weight"), c.hidden);
+    }
+    const std::string a = p + "self_attn.";
+    if (c.layer_kinds[l] == LayerKind::kKda) {
+      KdaWeights& k = L.kda;
+      k.q_proj = mat(a + "q_proj");
+      k.k_proj = mat(a + "k_proj");
+      k.v_proj = mat(a + "v_proj");
+      k.q_conv = vec(a + "q_conv1d.weight");
+      k.k_conv = vec(a + "k_conv1d.weight");
+      k.v_conv = vec(a + "v_conv1d.weight");
+      k.f_a = mat(a + "f_a_proj");
+      k.f_b = mat(a + "f_b_proj");
+      k.b_proj = mat(a + "b_proj");
+      if (c.kda.full_rank_gate) {
+        k.g_proj = mat(a + "g_proj");
+      } else {
+        k.g_a = mat(a + "g_a_proj");
+        k.g_b = mat(a + "g_b_proj");
+      }
+      k.a_log = vec(a + "A_log", c.kda.num_heads);  // K3 pads to head_dim: first H are used
+      k.dt_bias = vec(a + "dt_bias");
+      k.o_norm = vec(a + "o_norm.weight");
+      k.o_proj = mat(a + "o_proj");
+    } else {
+      MlaWeights& m = L.mla;
+      if (c.mla.q_lora_rank > 0) {
+        m.q_a_proj = mat(a + "q_a_proj");
+        m.q_a_norm = vec(a + "q_a_layernorm.weight");
+        m.q_b_proj = mat(a + "q_b_proj");
+      } else {
+        m.q_proj = mat(a + "q_proj");
+      }
+      m.kv_a_proj = mat(a + "kv_a_proj_with_mqa");
+      m.kv_a_norm = vec(a + "kv_a_layernorm.weight");
+      m.kv_b_proj = mat(a + "kv_b_proj");
+      if (c.mla.output_gate) m.g_proj = mat(a + "g_proj");
+      m.o_proj = mat(a + "o_proj");
+    }
+    L.is_moe = c.IsMoeLayer(l);
+    if (!L.is_moe) {
+      L.mlp = {mat(p + "mlp.gate_proj"), mat(p + "mlp.up_proj"), mat(p + "mlp.down_proj")};
+      continue;
+    }
+    MoeWeights& e = L.moe;
+    const std::string b = p + "block_sparse_moe.";
+    e.router = mat(b + "gate");
+    e.bias = vec(b + "gate.e_score_correction_bias");
+    if (c.moe.latent_dim > 0) {
+      e.latent_down = mat(b + "routed_expert_down_proj");
+      e.latent_up = mat(b + "routed_expert_up_proj");
+      if (c.moe.latent_norm) e.latent_norm = vec(b + "routed_expert_norm.weight");
+    }
+    e.experts.resize(c.moe.num_experts);
+    for (int64_t x = 0; x < c.moe.num_experts; ++x) {
+      const std::string ep = absl::StrCat(b, "experts.", x, ".");
+      e.experts[x] = {packed(ep + "w1"), packed(ep + "w3"), packed(ep + "w2")};
+    }
+    if (c.moe.num_shared > 0) {
+      e.shared = {mat(b + "shared_experts.gate_proj"), mat(b + "shared_experts.up_proj"),
+                  mat(b + "shared_experts.down_proj")};
+    }
+  }
+  if (opts.log) {
+    opts.log(absl::StrCat("bound ", specs.size(), " tensors from ", checkpoint_->dir()));
+  }
+  return absl::OkStatus();
+}
+
+int64_t Model::ActiveWeightBytes() const {
+  const ModelConfig& c = config_;
+  int64_t bytes = weights_.lm_head.Bytes() + weights_.embed.Bytes() / c.vocab;  // + one embed row
+  for (const TensorSpec& s : ExpectedTensors(c)) {
+    if (s.group == TensorGroup::kEmbedding || s.group == TensorGroup::kLmHead) continue;
+    const TensorInfo* t = checkpoint_->Find(s.name);
+    if (!t) continue;
+    if (s.group == TensorGroup::kRoutedExpert) {
+      // top_k of num_experts experts are read per token.
+      bytes += t->nbytes * c.moe.top_k / c.moe.num_experts;
+      continue;
+    }
+    bytes += t->nbytes;
+  }
+  return bytes;
+}
+
+}  // namespace kimi

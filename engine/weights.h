@@ -1,0 +1,108 @@
+// The model's weights, bound by name from a checkpoint. Matrices stay in the memory map in their
+// stored format (Weight views); small vectors (norms, biases, gates, conv taps) are converted to
+// fp32 once at load. Immutable after load.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model_config.h"
+#include "engine/safetensors.h"
+#include "kernels/weight.h"
+
+namespace kimi {
+
+struct MlpWeights {  // gated MLP: down(act(gate x) * up x)
+  Weight gate, up, down;
+};
+
+struct KdaWeights {
+  Weight q_proj, k_proj, v_proj;
+  const float* q_conv = nullptr;  // [P, W] each
+  const float* k_conv = nullptr;
+  const float* v_conv = nullptr;
+  Weight f_a, f_b;    // decay gate, low rank
+  Weight b_proj;      // beta
+  Weight g_a, g_b;    // output gate, low rank (Kimi Linear)
+  Weight g_proj;      // output gate, full rank (K3)
+  const float* a_log = nullptr;    // [H]
+  const float* dt_bias = nullptr;  // [P]
+  const float* o_norm = nullptr;   // [head_dim]
+  Weight o_proj;
+};
+
+struct MlaWeights {
+  Weight q_proj;                            // without q-LoRA
+  Weight q_a_proj, q_b_proj;                // with q-LoRA
+  const float* q_a_norm = nullptr;
+  Weight kv_a_proj;                         // [rank + rope, hidden]
+  const float* kv_a_norm = nullptr;
+  Weight kv_b_proj;                         // [H * (nope + v), rank]
+  Weight g_proj;                            // output gate (K3)
+  Weight o_proj;
+};
+
+struct MoeWeights {
+  Weight router;                    // [E, hidden]
+  const float* bias = nullptr;      // e_score_correction_bias [E]
+  Weight latent_down, latent_up;    // Latent MoE (K3)
+  const float* latent_norm = nullptr;
+  std::vector<MlpWeights> experts;  // w1 = gate, w3 = up, w2 = down
+  MlpWeights shared;                // shared.gate.data == nullptr when there is none
+};
+
+struct LayerWeights {
+  const float* input_norm = nullptr;
+  const float* post_norm = nullptr;
+  const float* attn_res_attn = nullptr;  // folded res_norm * res_proj [hidden], K3
+  const float* attn_res_mlp = nullptr;
+  KdaWeights kda;
+  MlaWeights mla;
+  bool is_moe = false;
+  MlpWeights mlp;
+  MoeWeights moe;
+};
+
+struct ModelWeights {
+  Weight embed;
+  Weight lm_head;
+  const float* final_norm = nullptr;
+  const float* attn_res_out = nullptr;  // folded output_attn_res_norm * proj, K3
+  std::vector<LayerWeights> layers;
+};
+
+// A loaded model: config, the open checkpoint (owning the maps), bound weights.
+class Model {
+ public:
+  struct Options {
+    // Receives one line per note (skipped tensors, defaults taken) and progress during load.
+    std::function<void(const std::string&)> log;
+  };
+  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir, const Options& opts);
+  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir) {
+    return Load(dir, Options{});
+  }
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  const std::string& dir() const { return dir_; }
+  // Bytes of weights one decode token reads (active experts at their stored size).
+  int64_t ActiveWeightBytes() const;
+
+ private:
+  Model() = default;
+  absl::Status Bind(const Options& opts);
+  const float* Vec(const TensorInfo& t, int64_t count = -1);
+  const float* Fold(const float* a, const float* b, int64_t n);
+
+  std::string dir_;
+  ModelConfig config_;
+  std::unique_ptr<Checkpoint> checkpoint_;
+  ModelWeights weights_;
+  std::vector<std::unique_ptr<float[]>> owned_;  // fp32 copies of small vectors
+};
+
+}  // namespace kimi

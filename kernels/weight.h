@@ -1,0 +1,68 @@
+// A weight matrix as the checkpoint stores it, viewed in place (usually inside a memory map).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/dtype.h"
+
+namespace kimi {
+
+enum class WeightFormat : uint8_t {
+  kF32,
+  kF16,
+  kBF16,
+  // OCP MXFP4 as compressed-tensors writes it: `data` is [rows, cols/2] bytes holding two E2M1 codes
+  // each (low nibble = even column), `scales` is [rows, cols/32] E8M0 bytes (2^(s-127)).
+  kMxfp4,
+};
+
+// [rows, cols] row-major, PyTorch's [out_features, in_features].
+struct Weight {
+  const void* data = nullptr;
+  const uint8_t* scales = nullptr;  // kMxfp4 only
+  WeightFormat format = WeightFormat::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  // Bytes read by one pass over the matrix (packed size for MXFP4).
+  int64_t Bytes() const {
+    switch (format) {
+      case WeightFormat::kF32:
+        return rows * cols * 4;
+      case WeightFormat::kF16:
+      case WeightFormat::kBF16:
+        return rows * cols * 2;
+      case WeightFormat::kMxfp4:
+        return rows * (cols / 2 + cols / 32);
+    }
+    return 0;
+  }
+  // Row r as a matrix of one row.
+  Weight Row(int64_t r) const;
+  // Rows [begin, begin + count).
+  Weight Rows(int64_t begin, int64_t count) const;
+};
+
+inline Weight Weight::Rows(int64_t begin, int64_t count) const {
+  Weight w = *this;
+  w.rows = count;
+  const auto* base = static_cast<const uint8_t*>(data);
+  switch (format) {
+    case WeightFormat::kF32:
+      w.data = base + begin * cols * 4;
+      break;
+    case WeightFormat::kF16:
+    case WeightFormat::kBF16:
+      w.data = base + begin * cols * 2;
+      break;
+    case WeightFormat::kMxfp4:
+      w.data = base + begin * (cols / 2);
+      w.scales = scales + begin * (cols / 32);
+      break;
+  }
+  return w;
+}
+
+inline Weight Weight::Row(int64_t r) const { return Rows(r, 1); }
+
+}  // namespace kimi

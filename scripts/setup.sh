@@ -1,0 +1,62 @@
+# Shared set-up for run.sh and test.sh (sourced, not run): install missing Debian packages,
+# configure and build with Ninja + ccache, generate the models the caller asks for.
+# Idempotent and quiet when there is nothing to do.
+
+KIMI_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+KIMI_BUILD=${KIMI_BUILD:-$KIMI_ROOT/build}
+KIMI_MODELS=${KIMI_MODELS:-$KIMI_ROOT/models}
+
+# Everything the build, the tests and the tools use, from Debian 12.
+KIMI_PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libabsl-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  prometheus-cpp-dev libyaml-cpp-dev libspdlog-dev
+  python3 python3-numpy python3-torch
+)
+
+kimi_log() { printf '[kimi] %s\n' "$*" >&2; }
+
+kimi_install_packages() {
+  local missing=()
+  for p in "${KIMI_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  kimi_log "installing ${#missing[@]} Debian packages: ${missing[*]}"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+}
+
+kimi_build() {
+  if [ ! -f "$KIMI_BUILD/build.ninja" ]; then
+    kimi_log "configuring $KIMI_BUILD (Ninja, RelWithDebInfo)"
+    cmake -S "$KIMI_ROOT" -B "$KIMI_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  fi
+  kimi_log "building"
+  # Two jobs per core would swap on small machines with nvcc; ninja's default is fine here.
+  ninja -C "$KIMI_BUILD" | grep -vE '^\[[0-9]+/[0-9]+\] ' || true
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { kimi_log "build failed"; return 1; }
+}
+
+# kimi_model PRESET: generates models/PRESET unless it exists and was made by the same generator.
+kimi_model() {
+  local preset=$1 dir=$KIMI_MODELS/$1
+  local stamp
+  stamp=$(cat "$KIMI_ROOT"/engine/synthetic_model.cc "$KIMI_ROOT"/engine/tensor_set.cc | sha1sum | cut -c1-16)
+  if [ -f "$dir/.stamp" ] && [ "$(cat "$dir/.stamp")" = "$stamp" ]; then
+    return 0
+  fi
+  kimi_log "generating model $preset in $dir"
+  rm -rf "$dir"
+  "$KIMI_BUILD/bin/kimi-mkmodel" --preset "$preset" --out "$dir" --seed 1 2>/dev/null || return 1
+  echo "$stamp" >"$dir/.stamp"
+}
+
+kimi_setup() {
+  kimi_install_packages || return 1
+  kimi_build || return 1
+}

@@ -1,0 +1,98 @@
+// kimi-plan --config config.json [--context N] [--json]
+// Sizes a model from its config alone: tensors, parameters, bytes, per-request state.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_format.h"
+#include "engine/model_config.h"
+#include "engine/plan.h"
+#include "nlohmann/json.hpp"
+
+ABSL_FLAG(std::string, config, "", "path to config.json (or a checkpoint directory)");
+ABSL_FLAG(int64_t, context, 131072, "context length for the per-request memory figures");
+ABSL_FLAG(bool, json, false, "print one JSON object instead of a table");
+
+namespace {
+
+std::string Bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 4) {
+    b /= 1024.0;
+    ++u;
+  }
+  return absl::StrFormat("%.2f %s", b, units[u]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Sizes a Kimi model from config.json alone.\n  kimi-plan --config config.json "
+      "[--context N] [--json]");
+  absl::ParseCommandLine(argc, argv);
+  std::string path = absl::GetFlag(FLAGS_config);
+  if (path.empty()) {
+    std::fprintf(stderr, "kimi-plan: --config is required\n");
+    return 2;
+  }
+  std::ifstream probe(path + "/config.json");
+  if (probe) path += "/config.json";
+  std::ifstream in(path);
+  if (!in) {
+    std::fprintf(stderr, "kimi-plan: cannot open %s\n", path.c_str());
+    return 1;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto config = kimi::ParseModelConfig(ss.str());
+  if (!config.ok()) {
+    std::fprintf(stderr, "kimi-plan: %s: %s\n", path.c_str(),
+                 std::string(config.status().message()).c_str());
+    return 1;
+  }
+  const kimi::ModelPlan p = kimi::PlanModel(*config);
+  const int64_t ctx = absl::GetFlag(FLAGS_context);
+  const int64_t request_bytes = p.kda_state_bytes + p.kv_bytes_per_token * ctx;
+  if (absl::GetFlag(FLAGS_json)) {
+    nlohmann::ordered_json j;
+    j["model_type"] = config->family == kimi::ModelFamily::kKimiK3 ? "kimi_k3" : "kimi_linear";
+    j["layers"] = config->num_layers;
+    j["kda_layers"] = p.kda_layers;
+    j["mla_layers"] = p.mla_layers;
+    j["moe_layers"] = p.moe_layers;
+    j["tensors"] = p.tensors;
+    j["parameters"] = p.parameters;
+    j["active_parameters"] = p.active_parameters;
+    j["weight_bytes"] = p.weight_bytes;
+    j["active_weight_bytes"] = p.active_weight_bytes;
+    j["kda_state_bytes_per_request"] = p.kda_state_bytes;
+    j["mla_kv_bytes_per_token"] = p.kv_bytes_per_token;
+    j["attn_res_bytes_per_token"] = p.attn_res_bytes_per_token;
+    j["context"] = ctx;
+    j["state_bytes_per_request_at_context"] = request_bytes;
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("model             %s, %lld layers (%lld KDA, %lld MLA, %lld MoE)\n",
+              config->family == kimi::ModelFamily::kKimiK3 ? "kimi_k3" : "kimi_linear",
+              static_cast<long long>(config->num_layers), static_cast<long long>(p.kda_layers),
+              static_cast<long long>(p.mla_layers), static_cast<long long>(p.moe_layers));
+  std::printf("tensors           %lld\n", static_cast<long long>(p.tensors));
+  std::printf("parameters        %lld (%lld active per token)\n",
+              static_cast<long long>(p.parameters), static_cast<long long>(p.active_parameters));
+  std::printf("weights           %s (%s read per decode token)\n", Bytes(p.weight_bytes).c_str(),
+              Bytes(p.active_weight_bytes).c_str());
+  std::printf("KDA state         %s per request (constant in context)\n",
+              Bytes(p.kda_state_bytes).c_str());
+  std::printf("MLA KV cache      %s per token\n", Bytes(p.kv_bytes_per_token).c_str());
+  std::printf("AttnRes cache     %s per token in flight\n",
+              Bytes(p.attn_res_bytes_per_token).c_str());
+  std::printf("request at %lld   %s of state + KV\n", static_cast<long long>(ctx),
+              Bytes(request_bytes).c_str());
+  return 0;
+}
