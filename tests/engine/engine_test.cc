@@ -1,0 +1,197 @@
+// Invariances of the forward step: how a sequence is split into steps, and what else shares the
+// step, must not change its logits (bitwise where the arithmetic is the same, within fp32 rounding
+// where the chunked and recurrent forms differ).
+#include "engine/engine.h"
+
+#include <cmath>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "tests/engine/test_models.h"
+
+namespace kimi {
+namespace {
+
+const Model& LoadPreset(const std::string& preset) {
+  static std::map<std::string, std::unique_ptr<Model>>* models =
+      new std::map<std::string, std::unique_ptr<Model>>;
+  auto& m = (*models)[preset];
+  if (!m) {
+    auto loaded = Model::Load(testing::PresetDir(preset));
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    m = std::move(*loaded);
+  }
+  return *m;
+}
+
+std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = static_cast<int32_t>(rng() % vocab);
+  return t;
+}
+
+// Runs sequences together, each split into steps of the given sizes (all sequences advance in
+// lockstep while they have tokens left); returns every position's logits per sequence.
+class Runner {
+ public:
+  explicit Runner(const Model& m, int64_t seqs, int64_t max_tokens)
+      : m_(m), kda_(m.config(), seqs), kv_(m.config(), seqs * ((max_tokens + 15) / 16), 16) {
+    const int64_t per = (max_tokens + 15) / 16;
+    pages_.resize(seqs);
+    for (int64_t s = 0; s < seqs; ++s) {
+      for (int64_t p = 0; p < per; ++p) pages_[s].push_back(static_cast<int32_t>(p * seqs + s));
+    }
+  }
+
+  std::vector<std::vector<float>> Run(const std::vector<std::vector<int32_t>>& tokens,
+                                      const std::vector<std::vector<int64_t>>& splits) {
+    const int64_t V = m_.config().vocab;
+    std::vector<std::vector<float>> logits(tokens.size());
+    std::vector<size_t> next(tokens.size(), 0);
+    std::vector<int64_t> pos(tokens.size(), 0);
+    for (size_t s = 0; s < tokens.size(); ++s) kda_.Clear(static_cast<int64_t>(s));
+    Engine engine(m_);
+    EngineState state{&kda_, &kv_};
+    for (;;) {
+      std::vector<SequenceStep> batch;
+      std::vector<size_t> who;
+      for (size_t s = 0; s < tokens.size(); ++s) {
+        if (next[s] >= splits[s].size()) continue;
+        const int64_t n = splits[s][next[s]];
+        SequenceStep step;
+        step.kda_slot = static_cast<int64_t>(s);
+        step.pages = pages_[s];
+        step.pos0 = pos[s];
+        step.tokens = std::span<const int32_t>(tokens[s].data() + pos[s], n);
+        step.logits = LogitsWanted::kAll;
+        batch.push_back(step);
+        who.push_back(s);
+      }
+      if (batch.empty()) break;
+      StepOutput out;
+      const absl::Status st = engine.Step(batch, state, &out);
+      EXPECT_TRUE(st.ok()) << st;
+      if (!st.ok()) break;
+      for (size_t i = 0; i < batch.size(); ++i) {
+        const size_t s = who[i];
+        const int64_t n = static_cast<int64_t>(batch[i].tokens.size());
+        const float* rows = out.logits.data() + out.first_row[i] * V;
+        logits[s].insert(logits[s].end(), rows, rows + n * V);
+        pos[s] += n;
+        ++next[s];
+      }
+    }
+    return logits;
+  }
+
+ private:
+  const Model& m_;
+  KdaStatePool kda_;
+  MlaKvCache kv_;
+  std::vector<std::vector<int32_t>> pages_;
+};
+
+double MaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double d = 0.0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    d = std::max(d, static_cast<double>(std::fabs(a[i] - b[i])));
+  }
+  return d;
+}
+
+class EngineTest : public ::testing::TestWithParam<std::string> {};
+
+// fp32 activations: chunked and token-by-token KDA and a different MLA query grouping round
+// differently; logits are O(1), so 1e-4 absolute is many rounding steps yet far from any bug.
+constexpr double kSplitTolerance = 1e-4;
+
+TEST_P(EngineTest, PrefillSplitsAndDecodeAgree) {
+  const Model& m = LoadPreset(GetParam());
+  const auto tokens = RandomTokens(150, m.config().vocab, 1);
+  Runner r(m, 1, 150);
+  const auto whole = r.Run({tokens}, {{150}})[0];
+  for (std::vector<int64_t> split : {std::vector<int64_t>{1, 149}, {64, 86}, {37, 63, 50},
+                                     {100, 1, 1, 48}}) {
+    EXPECT_LE(MaxDiff(r.Run({tokens}, {split})[0], whole), kSplitTolerance);
+  }
+  std::vector<int64_t> ones(150, 1);
+  EXPECT_LE(MaxDiff(r.Run({tokens}, {ones})[0], whole), kSplitTolerance);
+  // Splits on the 64-token grid repeat the same arithmetic: bit-identical.
+  EXPECT_EQ(r.Run({tokens}, {{64, 64, 22}})[0], whole);
+}
+
+// N tokens of prefill then decode equals N+1 tokens of prefill.
+TEST_P(EngineTest, PrefillThenDecodeEqualsLongerPrefill) {
+  const Model& m = LoadPreset(GetParam());
+  const auto tokens = RandomTokens(41, m.config().vocab, 2);
+  Runner r(m, 1, 41);
+  const auto a = r.Run({tokens}, {{40, 1}})[0];
+  const auto b = r.Run({tokens}, {{41}})[0];
+  EXPECT_LE(MaxDiff(a, b), kSplitTolerance);
+}
+
+// A batch of different-length requests gives each exactly what it gets alone.
+TEST_P(EngineTest, BatchEqualsAloneBitwise) {
+  const Model& m = LoadPreset(GetParam());
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::vector<int64_t>> splits;
+  const int64_t lengths[] = {5, 70, 1, 33};
+  for (int i = 0; i < 4; ++i) {
+    tokens.push_back(RandomTokens(lengths[i], m.config().vocab, 10 + i));
+    // Prefill of all but the last 3 tokens, then decode them (one-token prompts just decode).
+    if (lengths[i] > 3) splits.push_back({lengths[i] - 3, 1, 1, 1});
+    else splits.push_back(std::vector<int64_t>(lengths[i], 1));
+  }
+  Runner together(m, 4, 80);
+  const auto batch = together.Run(tokens, splits);
+  for (int i = 0; i < 4; ++i) {
+    Runner alone(m, 1, 80);
+    EXPECT_EQ(alone.Run({tokens[i]}, {splits[i]})[0], batch[i]) << "sequence " << i;
+  }
+}
+
+TEST_P(EngineTest, LogitsAreFiniteAndSpread) {
+  const Model& m = LoadPreset(GetParam());
+  const auto tokens = RandomTokens(300, m.config().vocab, 3);
+  Runner r(m, 1, 300);
+  const auto logits = r.Run({tokens}, {{300}})[0];
+  double sum = 0.0, sq = 0.0;
+  for (float x : logits) {
+    ASSERT_TRUE(std::isfinite(x));
+    sum += x;
+    sq += static_cast<double>(x) * x;
+  }
+  const double n = static_cast<double>(logits.size());
+  const double stddev = std::sqrt(sq / n - (sum / n) * (sum / n));
+  EXPECT_GT(stddev, 0.1);  // well-conditioned: neither collapsed nor exploding
+  EXPECT_LT(stddev, 10.0);
+}
+
+TEST_P(EngineTest, BadInputIsAnErrorNotACrash) {
+  const Model& m = LoadPreset(GetParam());
+  KdaStatePool kda(m.config(), 1);
+  MlaKvCache kv(m.config(), 1, 16);
+  EngineState state{&kda, &kv};
+  Engine engine(m);
+  const std::vector<int32_t> page = {0};
+  const std::vector<int32_t> bad = {static_cast<int32_t>(m.config().vocab)};
+  SequenceStep s{0, page, 0, bad, LogitsWanted::kLast};
+  StepOutput out;
+  EXPECT_FALSE(engine.Step({&s, 1}, state, &out).ok());
+  const std::vector<int32_t> many(20, 1);
+  s.tokens = many;  // 20 positions need two pages
+  EXPECT_FALSE(engine.Step({&s, 1}, state, &out).ok());
+  s.tokens = {};
+  EXPECT_FALSE(engine.Step({&s, 1}, state, &out).ok());
+  const std::vector<int32_t> one = {1};
+  s.tokens = one;
+  s.kda_slot = 5;
+  EXPECT_FALSE(engine.Step({&s, 1}, state, &out).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, EngineTest, ::testing::Values("kimi-linear-tiny", "k3-tiny"));
+
+}  // namespace
+}  // namespace kimi

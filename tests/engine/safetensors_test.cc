@@ -1,0 +1,112 @@
+#include "engine/safetensors.h"
+
+#include <cstring>
+#include <fstream>
+
+#include "gtest/gtest.h"
+#include "tests/engine/test_models.h"
+
+namespace kimi {
+namespace {
+
+std::string WriteSample(const std::string& dir) {
+  static const float a[6] = {1, 2, 3, 4, 5, 6};
+  static const uint16_t b[2] = {0x3f80, 0xc000};  // bf16 1.0, -2.0
+  const std::string path = dir + "/sample.safetensors";
+  const absl::Status s = WriteSafetensors(
+      path,
+      {{"a", DType::kF32, {2, 3}, {reinterpret_cast<const uint8_t*>(a), sizeof a}},
+       {"b", DType::kBF16, {2}, {reinterpret_cast<const uint8_t*>(b), sizeof b}}},
+      {{"format", "pt"}});
+  EXPECT_TRUE(s.ok()) << s;
+  return path;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void WriteAll(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+TEST(Safetensors, RoundTrip) {
+  const std::string path = WriteSample(testing::TempDir("st-roundtrip"));
+  auto f = SafetensorsFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ((*f)->tensors().size(), 2u);
+  const TensorInfo* a = nullptr;
+  for (const auto& t : (*f)->tensors()) {
+    if (t.name == "a") a = &t;
+  }
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->shape, (std::vector<int64_t>{2, 3}));
+  float v[6];
+  std::memcpy(v, a->data, sizeof v);
+  EXPECT_EQ(v[5], 6.0f);
+  EXPECT_EQ((*f)->metadata().at("format"), "pt");
+  // The header is padded so the data starts 8-byte aligned.
+  const std::string bytes = ReadAll(path);
+  uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  EXPECT_EQ((8 + n) % 8, 0u);
+}
+
+// Damaged files give a clear error, never a crash.
+TEST(Safetensors, DamagedFilesAreErrors) {
+  const std::string dir = testing::TempDir("st-damaged");
+  const std::string good = ReadAll(WriteSample(dir));
+  uint64_t n;
+  std::memcpy(&n, good.data(), 8);
+  const std::string bad = dir + "/bad.safetensors";
+  auto expect_error = [&](const std::string& bytes, const std::string& want) {
+    WriteAll(bad, bytes);
+    auto f = SafetensorsFile::Open(bad);
+    ASSERT_FALSE(f.ok()) << "accepted: " << want;
+    EXPECT_NE(f.status().message().find(want), std::string::npos) << f.status();
+  };
+  expect_error("", "shorter than its header");
+  expect_error(good.substr(0, 5), "shorter than its header");
+  expect_error(good.substr(0, 8 + n / 2), "exceeds the file");            // cut in the header
+  expect_error(good.substr(0, good.size() - 3), "truncated file");        // cut in the data
+  std::string huge = good;
+  huge[7] = 0x7f;                                                         // absurd header size
+  expect_error(huge, "header length");
+  std::string garbled = good;
+  garbled[8] = '!';
+  expect_error(garbled, "not a JSON object");
+  std::string wrong_size = good;
+  const size_t at = wrong_size.find("[2,3]");
+  ASSERT_NE(at, std::string::npos);
+  wrong_size.replace(at, 5, "[3,3]");
+  expect_error(wrong_size, "needs 36 bytes");
+  std::string dtype = good;
+  const size_t f32 = dtype.find("\"F32\"");
+  dtype.replace(f32, 5, "\"F8X\"");
+  expect_error(dtype, "unsupported dtype");
+}
+
+TEST(Checkpoint, MissingDirectoryAndBadIndex) {
+  auto c = Checkpoint::Open(testing::TempDir("st-empty"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("no model.safetensors"), std::string::npos);
+  const std::string dir = testing::TempDir("st-index");
+  WriteSample(dir);
+  WriteAll(dir + "/model.safetensors.index.json",
+           R"({"weight_map": {"a": "sample.safetensors", "zz": "sample.safetensors"}})");
+  c = Checkpoint::Open(dir);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("tensor zz is listed"), std::string::npos) << c.status();
+  WriteAll(dir + "/model.safetensors.index.json", R"({"weight_map": {"a": "../x"}})");
+  EXPECT_FALSE(Checkpoint::Open(dir).ok());
+  WriteAll(dir + "/model.safetensors.index.json",
+           R"({"weight_map": {"a": "sample.safetensors", "b": "sample.safetensors"}})");
+  c = Checkpoint::Open(dir);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_NE((*c)->Find("b"), nullptr);
+}
+
+}  // namespace
+}  // namespace kimi

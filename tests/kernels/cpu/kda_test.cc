@@ -1,0 +1,157 @@
+#include "kernels/cpu/kda.h"
+
+#include <cmath>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/norm.h"
+#include "tests/kernels/cpu/test_util.h"
+
+namespace kimi::cpu {
+namespace {
+
+struct Inputs {
+  KdaDims d;
+  std::vector<float> q, k, v, g, beta, state;
+};
+
+// Realistic inputs: q, k unit-norm per head (the model L2-normalises them), beta in (0, 1), log
+// decays in [-decay_max, 0].
+Inputs MakeInputs(int64_t T, int64_t H, int64_t K, int64_t V, uint32_t seed, float decay_max) {
+  Inputs in;
+  in.d = {T, H, K, V};
+  in.q = testing::RandomVector(T * H * K, seed);
+  in.k = testing::RandomVector(T * H * K, seed + 1);
+  L2Norm(in.q.data(), T * H, K, 1e-6f);
+  L2Norm(in.k.data(), T * H, K, 1e-6f);
+  in.v = testing::RandomVector(T * H * V, seed + 2);
+  in.g = testing::RandomVector(T * H * K, seed + 3, -decay_max, 0.0f);
+  in.beta = testing::RandomVector(T * H, seed + 4, 0.0f, 1.0f);
+  in.state = testing::RandomVector(H * K * V, seed + 5, -0.5f, 0.5f);
+  return in;
+}
+
+// The token-by-token definition in double (KIMI_LINEAR.md 3.1 step 6).
+void Reference(const Inputs& in, float scale, std::vector<double>* o, std::vector<double>* state) {
+  const auto [T, H, K, V] = in.d;
+  o->assign(T * H * V, 0.0);
+  state->assign(in.state.begin(), in.state.end());
+  for (int64_t h = 0; h < H; ++h) {
+    double* S = state->data() + h * K * V;
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t qk = (t * H + h) * K, vv = (t * H + h) * V;
+      for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < V; ++j) S[i * V + j] *= std::exp(static_cast<double>(in.g[qk + i]));
+      }
+      for (int64_t j = 0; j < V; ++j) {
+        double kv = 0.0;
+        for (int64_t i = 0; i < K; ++i) kv += S[i * V + j] * in.k[qk + i];
+        const double u = in.beta[t * H + h] * (in.v[vv + j] - kv);
+        for (int64_t i = 0; i < K; ++i) S[i * V + j] += in.k[qk + i] * u;
+      }
+      for (int64_t j = 0; j < V; ++j) {
+        double acc = 0.0;
+        for (int64_t i = 0; i < K; ++i) acc += S[i * V + j] * in.q[qk + i] * scale;
+        (*o)[vv + j] = acc;
+      }
+    }
+  }
+}
+
+struct Case {
+  int64_t T, H, K, V;
+  float decay_max;
+};
+
+class KdaTest : public ::testing::TestWithParam<Case> {};
+
+// fp32 against the double definition. Each output sums K products over states that themselves
+// accumulate up to T updates of size O(1); 2e-4 absolute (+1e-4 relative) leaves room for
+// fp32 rounding over T <= 200 steps with unit-norm keys, and is far below any wiring error.
+TEST_P(KdaTest, BothFormsMatchTheDefinition) {
+  const Case c = GetParam();
+  const Inputs in = MakeInputs(c.T, c.H, c.K, c.V, 17, c.decay_max);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.K));
+  std::vector<double> ref_o, ref_s;
+  Reference(in, scale, &ref_o, &ref_s);
+  for (bool chunked : {false, true}) {
+    std::vector<float> o(c.T * c.H * c.V), state = in.state;
+    if (chunked) {
+      KdaChunk(o.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+               state.data(), in.d, scale);
+    } else {
+      KdaRecurrent(o.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                   state.data(), in.d, scale);
+    }
+    EXPECT_LE(testing::WorstRatio(o, ref_o, 2e-4, 1e-4), 1.0) << (chunked ? "chunk" : "recurrent");
+    EXPECT_LE(testing::WorstRatio(state, ref_s, 2e-4, 1e-4), 1.0)
+        << (chunked ? "chunk" : "recurrent");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, KdaTest,
+                         ::testing::Values(Case{1, 2, 16, 16, 0.5f}, Case{5, 2, 16, 8, 0.5f},
+                                           Case{64, 3, 32, 16, 0.2f}, Case{100, 2, 16, 24, 0.2f},
+                                           Case{130, 2, 32, 32, 1.0f},
+                                           // strong decay: exp(G) spans many orders in a chunk
+                                           Case{70, 1, 16, 16, 8.0f}));
+
+// Splitting a sequence at multiples of the chunk size reproduces the whole run bit for bit; any
+// split agrees within fp32 rounding.
+TEST(Kda, ChunkSplitsOnTheGridAreBitExact) {
+  const Inputs in = MakeInputs(200, 2, 16, 16, 3, 0.3f);
+  const float scale = 0.25f;
+  std::vector<float> whole(200 * 2 * 16), state_whole = in.state;
+  KdaChunk(whole.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+           state_whole.data(), in.d, scale);
+  for (std::vector<int64_t> split : {std::vector<int64_t>{64, 136}, {128, 64, 8}, {37, 100, 63}}) {
+    const bool on_grid = split[0] % 64 == 0 && (split[0] + split[1]) % 64 == 0;
+    std::vector<float> o(whole.size()), state = in.state;
+    int64_t t0 = 0;
+    for (int64_t n : split) {
+      const KdaDims d{n, 2, 16, 16};
+      const int64_t a = t0 * 2 * 16;
+      KdaChunk(o.data() + a, in.q.data() + a, in.k.data() + a, in.v.data() + a, in.g.data() + a,
+               in.beta.data() + t0 * 2, state.data(), d, scale, t0);
+      t0 += n;
+    }
+    for (size_t i = 0; i < o.size(); ++i) {
+      if (on_grid) {
+        ASSERT_EQ(o[i], whole[i]) << i;
+      } else {
+        ASSERT_NEAR(o[i], whole[i], 1e-5) << i;
+      }
+    }
+  }
+}
+
+// Kimi Linear's gate: -exp(A_log) * softplus(x + dt_bias) with softplus's threshold at 20; K3's:
+// lower_bound * sigmoid(exp(A_log) * (x + dt_bias)).
+TEST(Kda, GateForms) {
+  const int64_t T = 3, H = 2, K = 4;
+  const std::vector<float> raw = {-30, -1, 0, 1, 2, 19, 21, 50, -3, 3, 0.5, -0.5,
+                                  1,   2,  3, 4, 5, 6,  7,  8,  9,  10, -5,  -6,
+                                  0,   0,  0, 0, 1, 1,  1,  1,  -1, -1, -1,  -1};
+  const std::vector<float> a_log = {0.3f, -0.7f};
+  const std::vector<float> dt = {0.1f, -0.2f, 0.3f, 0.0f, 1.0f, -1.0f, 0.5f, 2.0f};
+  std::vector<float> g(T * H * K);
+  KdaGate(g.data(), raw.data(), T, H, K, a_log.data(), dt.data(), std::nullopt);
+  for (int64_t i = 0; i < T * H * K; ++i) {
+    const int64_t h = (i / K) % H;
+    const double z = static_cast<double>(raw[i]) + dt[h * K + i % K];
+    const double sp = z > 20.0 ? z : std::log1p(std::exp(z));
+    EXPECT_NEAR(g[i], -std::exp(static_cast<double>(a_log[h])) * sp, 1e-5 * (1 + std::fabs(sp)));
+  }
+  KdaGate(g.data(), raw.data(), T, H, K, a_log.data(), dt.data(), -5.0f);
+  for (int64_t i = 0; i < T * H * K; ++i) {
+    const int64_t h = (i / K) % H;
+    const double z = static_cast<double>(raw[i]) + dt[h * K + i % K];
+    const double want = -5.0 / (1.0 + std::exp(-std::exp(static_cast<double>(a_log[h])) * z));
+    EXPECT_NEAR(g[i], want, 1e-5);
+    EXPECT_LE(g[i], 0.0f);
+    EXPECT_GE(g[i], -5.0f);
+  }
+}
+
+}  // namespace
+}  // namespace kimi::cpu

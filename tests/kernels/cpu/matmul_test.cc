@@ -1,0 +1,134 @@
+#include "kernels/cpu/matmul.h"
+
+#include <cmath>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/dtype.h"
+#include "tests/kernels/cpu/test_util.h"
+
+namespace kimi::cpu {
+namespace {
+
+struct Stored {
+  std::vector<uint8_t> data, scales;
+  std::vector<double> dense;  // the exact values the format holds, for the reference
+  Weight w;
+};
+
+// E2M1 magnitudes, written from the OCP MX spec table (independent of the kernel's table).
+double E2m1(int code) {
+  const int sign = code >> 3, exp = (code >> 1) & 3, man = code & 1;
+  const double mag = exp == 0 ? 0.5 * man : std::ldexp(1.0 + 0.5 * man, exp - 1);
+  return sign ? -mag : mag;
+}
+
+Stored MakeWeight(WeightFormat f, int64_t n, int64_t k, uint32_t seed) {
+  Stored s;
+  const std::vector<float> v = testing::RandomVector(n * k, seed);
+  s.dense.resize(n * k);
+  switch (f) {
+    case WeightFormat::kF32:
+      s.data.resize(n * k * 4);
+      std::memcpy(s.data.data(), v.data(), n * k * 4);
+      for (int64_t i = 0; i < n * k; ++i) s.dense[i] = v[i];
+      break;
+    case WeightFormat::kBF16:
+    case WeightFormat::kF16:
+      s.data.resize(n * k * 2);
+      for (int64_t i = 0; i < n * k; ++i) {
+        const uint16_t h = f == WeightFormat::kBF16 ? F32ToBf16(v[i]) : F32ToF16(v[i]);
+        std::memcpy(&s.data[2 * i], &h, 2);
+        s.dense[i] = f == WeightFormat::kBF16 ? Bf16ToF32(h) : F16ToF32(h);
+      }
+      break;
+    case WeightFormat::kMxfp4: {
+      std::mt19937 rng(seed);
+      s.data.resize(n * k / 2);
+      s.scales.resize(n * k / 32);
+      for (auto& b : s.data) b = static_cast<uint8_t>(rng());
+      for (auto& b : s.scales) b = static_cast<uint8_t>(120 + rng() % 10);
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t c = 0; c < k; ++c) {
+          const uint8_t byte = s.data[r * k / 2 + c / 2];
+          const int code = c % 2 == 0 ? byte & 0xf : byte >> 4;
+          s.dense[r * k + c] = E2m1(code) * std::ldexp(1.0, s.scales[r * k / 32 + c / 32] - 127);
+        }
+      }
+      break;
+    }
+  }
+  s.w.data = s.data.data();
+  s.w.scales = s.scales.empty() ? nullptr : s.scales.data();
+  s.w.format = f;
+  s.w.rows = n;
+  s.w.cols = k;
+  return s;
+}
+
+class MatMulTest : public ::testing::TestWithParam<WeightFormat> {};
+
+TEST_P(MatMulTest, MatchesDoubleReference) {
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 7, 64}, {3, 33, 96},
+                         {9, 128, 320}, {2, 5, 4096}}) {
+    const Stored s = MakeWeight(GetParam(), n, k, 11);
+    const std::vector<float> x = testing::RandomVector(m * k, 12);
+    std::vector<float> y(m * n);
+    MatMul(y.data(), x.data(), s.w, m);
+    std::vector<double> ref(m * n, 0.0);
+    double scale = 0.0;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t c = 0; c < k; ++c) {
+          ref[i * n + j] += static_cast<double>(x[i * k + c]) * s.dense[j * k + c];
+          scale = std::max(scale, std::fabs(x[i * k + c] * s.dense[j * k + c]));
+        }
+      }
+    }
+    // fp32 accumulation of k products: error grows like sqrt(k) eps * max term; 4 k eps bounds it.
+    const double tol = 4.0 * k * 1.2e-7 * scale;
+    for (int64_t i = 0; i < m * n; ++i) ASSERT_NEAR(y[i], ref[i], tol) << m << "x" << n << "x" << k;
+  }
+}
+
+TEST_P(MatMulTest, RowResultDoesNotDependOnBatch) {
+  const int64_t n = 40, k = 256;
+  const Stored s = MakeWeight(GetParam(), n, k, 5);
+  const std::vector<float> x = testing::RandomVector(7 * k, 6);
+  std::vector<float> batch(7 * n), alone(n);
+  MatMul(batch.data(), x.data(), s.w, 7);
+  for (int64_t i = 0; i < 7; ++i) {
+    MatMul(alone.data(), x.data() + i * k, s.w, 1);
+    for (int64_t j = 0; j < n; ++j) ASSERT_EQ(alone[j], batch[i * n + j]);  // bitwise
+  }
+}
+
+TEST_P(MatMulTest, DequantizeRowIsTheStoredValue) {
+  const Stored s = MakeWeight(GetParam(), 3, 64, 9);
+  std::vector<float> row(64);
+  for (int64_t r = 0; r < 3; ++r) {
+    DequantizeRow(row.data(), s.w, r);
+    for (int64_t c = 0; c < 64; ++c) ASSERT_EQ(row[c], static_cast<float>(s.dense[r * 64 + c]));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, MatMulTest,
+                         ::testing::Values(WeightFormat::kF32, WeightFormat::kBF16,
+                                           WeightFormat::kF16, WeightFormat::kMxfp4));
+
+TEST(MatMul, StridedOutputAndInput) {
+  const Stored s = MakeWeight(WeightFormat::kBF16, 6, 32, 1);
+  const std::vector<float> x = testing::RandomVector(2 * 40, 2);
+  std::vector<float> y(2 * 10, -1.0f), dense(2 * 6);
+  MatMul(y.data(), 10, x.data(), 40, s.w, 2);
+  std::vector<float> xd(2 * 32);
+  for (int i = 0; i < 2; ++i) std::copy_n(&x[i * 40], 32, &xd[i * 32]);
+  MatMul(dense.data(), xd.data(), s.w, 2);
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 6; ++j) EXPECT_EQ(y[i * 10 + j], dense[i * 6 + j]);
+    for (int j = 6; j < 10; ++j) EXPECT_EQ(y[i * 10 + j], -1.0f);  // untouched
+  }
+}
+
+}  // namespace
+}  // namespace kimi::cpu
