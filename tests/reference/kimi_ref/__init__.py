@@ -1,0 +1,1 @@
+"""Independent float64 PyTorch reference for kimi-serve (derived from /work/shared fact files)."""
