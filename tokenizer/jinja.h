@@ -1,0 +1,50 @@
+// A Jinja subset, enough for chat templates, rendering to a Prompt (text pieces marked trusted or
+// not; see chat_format.h). Environment as HF transformers renders chat templates: trim_blocks and
+// lstrip_blocks on, loop controls on.
+//
+// Supported:
+//   {{ expr }}, {% if %}/{% elif %}/{% else %}/{% endif %}, {% for x in xs %} and
+//   {% for k, v in pairs %} with {% else %} and loop.index/index0/revindex/revindex0/first/last/
+//   length/previtem/nextitem, {% set name = expr %}, {% set ns.attr = expr %}, {% break %},
+//   {% continue %}, {# comments #}, whitespace control `-` (and `+` to keep lstrip off).
+//   Expressions: literals (strings, ints, floats, true/false/none in either case, lists, tuples,
+//   dicts), names, `.attr`, `[index]`, `[a:b]` slices, `a if c else b`, or/and/not, == != < <= >
+//   >=, in / not in, is [not] TEST, + - * / // %, ~, unary -. Tests: defined undefined none string
+//   number integer float boolean mapping iterable sequence true false odd even. Filters:
+//   tojson(indent=None, separators=(a,b)), length/count, string, trim, upper, lower, capitalize,
+//   default/d, first, last, join, list, int, float, items, safe, abs, replace. Functions:
+//   raise_exception(msg) (a clean error), namespace(k=v, ...), range(...). Methods:
+//   str.startswith/endswith/strip/lstrip/rstrip/split/upper/lower/replace/format? (no),
+//   dict.get/items/keys/values, list.append/pop/index? (no: only append and pop).
+// Anything else (macro, call, filter blocks, include, import, extends, block, raw, with, set
+// blocks, unknown filters/tests/methods) is a clear InvalidArgument error naming the construct and
+// the line, at parse time where it can be seen then.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "tokenizer/chat_format.h"
+#include "tokenizer/jinja_value.h"
+
+namespace kimi::tokenizer::jinja {
+
+struct Node;
+
+class Template {
+ public:
+  static absl::StatusOr<std::unique_ptr<Template>> Parse(absl::string_view source);
+  ~Template();
+  // Text from template literals is trusted; text from tainted values is not.
+  absl::StatusOr<Prompt> Render(const std::map<std::string, Value>& globals) const;
+
+ private:
+  Template();
+  std::vector<Node> body_;
+};
+
+}  // namespace kimi::tokenizer::jinja

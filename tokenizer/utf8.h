@@ -1,0 +1,49 @@
+// Small UTF-8 helpers shared by the tokenizer's files.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/strings/string_view.h"
+
+namespace kimi::tokenizer {
+
+// Decodes one code point at text[i]. Returns its byte length (1..4) and sets *cp; an invalid or
+// truncated sequence returns 0 (then text[i] is one invalid byte). Overlong forms, surrogates and
+// values past U+10FFFF are invalid, as in the Unicode standard.
+inline size_t DecodeUtf8(absl::string_view text, size_t i, uint32_t* cp) {
+  const auto b0 = static_cast<uint8_t>(text[i]);
+  if (b0 < 0x80) {
+    *cp = b0;
+    return 1;
+  }
+  size_t len;
+  uint32_t min, c;
+  if ((b0 & 0xE0) == 0xC0) {
+    len = 2, min = 0x80, c = b0 & 0x1F;
+  } else if ((b0 & 0xF0) == 0xE0) {
+    len = 3, min = 0x800, c = b0 & 0x0F;
+  } else if ((b0 & 0xF8) == 0xF0) {
+    len = 4, min = 0x10000, c = b0 & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + len > text.size()) return 0;
+  for (size_t k = 1; k < len; ++k) {
+    const auto b = static_cast<uint8_t>(text[i + k]);
+    if ((b & 0xC0) != 0x80) return 0;
+    c = (c << 6) | (b & 0x3F);
+  }
+  if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
+  *cp = c;
+  return len;
+}
+
+// Python's str.isspace(): bidirectional class WS, B or S, or category Zs.
+inline bool IsPythonSpace(uint32_t c) {
+  if (c < 0x80) return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20);
+  return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
+         c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+}  // namespace kimi::tokenizer
