@@ -16,7 +16,7 @@ namespace kimi::tokenizer::jinja {
 namespace {
 
 constexpr size_t kMaxOutputBytes = 64 << 20;
-constexpr int64_t kMaxSteps = 10'000'000;  // loop iterations + nodes: bounds any template's time
+constexpr int64_t kMaxSteps = 1'000'000;  // loop iterations + nodes: bounds any template's time
 constexpr int kMaxCallDepth = 200;
 
 Value TaintedStr(std::string s, bool tainted) { return Value::Str(std::move(s), tainted); }
@@ -665,7 +665,7 @@ class Renderer {
 
   bool Step(int line) {
     if (++steps_ > kMaxSteps) {
-      Fail(line, "the template runs too long (over 10 million steps)");
+      Fail(line, "the template runs too long (over a million steps)");
       return false;
     }
     return true;

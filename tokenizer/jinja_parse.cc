@@ -607,7 +607,7 @@ class Parser {
           auto s = MakeExpr(Expr::Kind::kSlice);
           s->args.push_back(std::move(e));
           s->args.push_back(std::move(lo));
-          s->args.push_back(IsOp("]") ? nullptr : Expression());
+          s->args.push_back(IsOp("]") || IsOp(":") ? nullptr : Expression());
           if (IsOp(":")) {
             Fail(line_, "unsupported Jinja construct: slice step");
             return s;

@@ -1,0 +1,129 @@
+// The Jinja subset: HF's environment (trim_blocks, lstrip_blocks), whitespace control, scoping,
+// expressions, filters, and clear errors for what it does not cover.
+#include "tokenizer/jinja.h"
+
+#include <gtest/gtest.h>
+
+namespace kimi::tokenizer::jinja {
+namespace {
+
+std::map<std::string, Value> Vars() {
+  std::map<std::string, Value> v;
+  v["name"] = Value::Str("Kimi", /*tainted=*/true);
+  v["n"] = Value::Int(3);
+  v["items"] = Value::List({Value::Str("a"), Value::Str("b"), Value::Str("c")});
+  v["obj"] = FromJson(
+      nlohmann::ordered_json::parse(R"({"k": "v", "num": 2.5, "nested": {"x": [1, 2]}})"), true);
+  return v;
+}
+
+std::string Render(const std::string& src, std::map<std::string, Value> vars = Vars()) {
+  auto t = Template::Parse(src);
+  if (!t.ok()) return "PARSE ERROR: " + std::string(t.status().message());
+  auto p = (*t)->Render(vars);
+  if (!p.ok()) return "RENDER ERROR: " + std::string(p.status().message());
+  return PromptText(*p);
+}
+
+TEST(Jinja, OutputAndWhitespaceControl) {
+  EXPECT_EQ(Render("Hello {{ name }}!"), "Hello Kimi!");
+  EXPECT_EQ(Render("a  {{- name -}}  b"), "aKimib");
+  // trim_blocks removes the newline after a block tag; lstrip_blocks the indent before it.
+  EXPECT_EQ(Render("x\n  {% if true %}\n  y\n  {% endif %}\nz"), "x\n  y\nz");
+  EXPECT_EQ(Render("x {# note #}\ny"), "x y");
+  EXPECT_EQ(Render("{% for i in items %}{{ i }},{% endfor %}"), "a,b,c,");
+  EXPECT_EQ(Render("  {%+ if true %}k{% endif %}"), "  k");
+}
+
+TEST(Jinja, LoopsAndScopes) {
+  EXPECT_EQ(Render("{% for i in items %}{{ loop.index }}{{ i }}{% if not loop.last %}-{% endif %}"
+                   "{% endfor %}"),
+            "1a-2b-3c");
+  EXPECT_EQ(Render("{% for i in items %}{{ loop.index0 }}{{ loop.length }}{{ loop.first }}"
+                   "{{ loop.revindex }}|{% endfor %}"),
+            "03True3|13False2|23False1|");
+  EXPECT_EQ(Render("{% for i in [] %}x{% else %}empty{% endfor %}"), "empty");
+  EXPECT_EQ(Render("{% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}"
+                   "{% if i == 4 %}{% break %}{% endif %}{{ i }}{% endfor %}"),
+            "013");
+  // set inside a loop does not leak; namespace attributes do.
+  EXPECT_EQ(Render("{% set x = 1 %}{% set ns = namespace(c=0) %}{% for i in items %}{% set x = 5 %}"
+                   "{% set ns.c = ns.c + 1 %}{% endfor %}{{ x }}{{ ns.c }}"),
+            "13");
+  EXPECT_EQ(Render("{% for k, v in obj.items() %}{{ k }}={{ v }};{% endfor %}"),
+            "k=v;num=2.5;nested={'x': [1, 2]};");
+}
+
+TEST(Jinja, Expressions) {
+  EXPECT_EQ(Render("{{ 1 + 2 * 3 }} {{ 7 // 2 }} {{ 7 % 3 }} {{ -n }} {{ 'a' ~ 1 ~ none }}"),
+            "7 3 1 -3 a1None");
+  EXPECT_EQ(Render("{{ 'yes' if n > 2 else 'no' }} {{ 'x' if false }}"), "yes ");
+  EXPECT_EQ(
+      Render("{{ 'b' in items }} {{ 'z' not in items }} {{ 'im' in 'Kimi' }} {{ 'k' in obj }}"),
+      "True True True True");
+  EXPECT_EQ(Render("{{ obj.nested.x[1] }} {{ obj['k'] }} {{ items[-1] }} {{ items[1:] }} "
+                   "{{ name[1:3] }} {{ obj.missing }}|"),
+            "2 v c ['b', 'c'] im |");
+  EXPECT_EQ(Render("{{ obj.get('k') }} {{ obj.get('zz', 'dflt') }} {{ name.startswith('Ki') }} "
+                   "{{ ' x '.strip() }} {{ 'a,b'.split(',') }} {{ name.upper() }}"),
+            "v dflt True x ['a', 'b'] KIMI");
+  EXPECT_EQ(Render("{{ undefined_thing is defined }} {{ none is none }} {{ name is string }} "
+                   "{{ obj is mapping }} {{ n is not number }} {{ 3 is odd }}"),
+            "False True True True False True");
+  EXPECT_EQ(Render("{% set l = [] %}{% set _ = l.append(1) %}{% set _ = l.append(2) %}"
+                   "{{ l.pop(0) }}{{ l }}"),
+            "1[2]");
+}
+
+TEST(Jinja, Filters) {
+  EXPECT_EQ(Render("{{ obj | tojson }}"), R"({"k": "v", "num": 2.5, "nested": {"x": [1, 2]}})");
+  EXPECT_EQ(Render("{{ obj | tojson(separators=(',', ':')) }}"),
+            R"({"k":"v","num":2.5,"nested":{"x":[1,2]}})");
+  EXPECT_EQ(Render("{{ items | length }} {{ name | length }} {{ items | join('+') }} "
+                   "{{ items | first }}{{ items | last }} {{ '  t ' | trim }} {{ 5 | string }}"),
+            "3 4 a+b+c ac t 5");
+  EXPECT_EQ(Render("{{ missing | default('d') }} {{ '' | default('e', true) }} {{ name | lower }}"),
+            "d e kimi");
+  EXPECT_EQ(Render(R"({{ "quote\"\n" | tojson }})"), R"("quote\"\n")");
+}
+
+TEST(Jinja, TaintFollowsRequestData) {
+  auto t = Template::Parse("<{{ name }}>{{ 'lit' }}{{ name ~ '!' }}{{ obj | tojson }}{{ n }}");
+  ASSERT_TRUE(t.ok());
+  auto p = (*t)->Render(Vars());
+  ASSERT_TRUE(p.ok());
+  std::string trusted, untrusted;
+  for (const PromptSegment& s : *p) (s.trusted ? trusted : untrusted) += s.text + "|";
+  EXPECT_EQ(trusted, "<|>lit|3|");
+  EXPECT_EQ(untrusted, R"(Kimi|Kimi!{"k": "v", "num": 2.5, "nested": {"x": [1, 2]}}|)");
+}
+
+TEST(Jinja, ClearErrorsOutsideTheSubset) {
+  auto err = [](const std::string& src) {
+    auto t = Template::Parse(src);
+    if (!t.ok()) return std::string(t.status().message());
+    auto p = (*t)->Render(Vars());
+    return p.ok() ? std::string("no error") : std::string(p.status().message());
+  };
+  EXPECT_NE(err("{% macro f() %}x{% endmacro %}").find("unsupported Jinja construct '{% macro"),
+            std::string::npos);
+  EXPECT_NE(err("{% include 'x' %}").find("include"), std::string::npos);
+  EXPECT_NE(err("{{ x | wordcount }}").find("unsupported Jinja filter 'wordcount'"),
+            std::string::npos);
+  EXPECT_NE(err("{{ x is divisibleby(3) }}").find("unsupported Jinja test"), std::string::npos);
+  EXPECT_NE(err("{{ cycler() }}").find("unsupported Jinja function 'cycler'"), std::string::npos);
+  EXPECT_NE(err("line1\n{% if true %}").find("line 2"), std::string::npos);
+  EXPECT_NE(err("{{ 'unterminated }}").find("unterminated"), std::string::npos);
+  EXPECT_NE(err("{{ raise_exception('Only user and assistant roles') }}")
+                .find("the template raised: Only user and assistant roles"),
+            std::string::npos);
+  EXPECT_NE(err("{% for i in items if i %}{% endfor %}").find("unsupported"), std::string::npos);
+  EXPECT_NE(err("{% for i in range(100000000) %}{% endfor %}").find("too long"), std::string::npos);
+  EXPECT_NE(err("{{ " + std::string(500, '(') + "1" + std::string(500, ')') + " }}").find("deeply"),
+            std::string::npos);
+  EXPECT_NE(err("{{ 1 / 0 }}").find("division by zero"), std::string::npos);
+  EXPECT_NE(err("{{ items[:: -1] }}").find("unsupported"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kimi::tokenizer::jinja
