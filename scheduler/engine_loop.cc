@@ -1,0 +1,209 @@
+#include "scheduler/engine_loop.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace kimi::sched {
+namespace {
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+EngineLoop::EngineLoop(const Model& model, LoopConfig config)
+    : model_(model),
+      config_(std::move(config)),
+      engine_(model),
+      kda_(model.config(), config_.scheduler.max_running),
+      kv_(model.config(), config_.scheduler.num_pages, config_.scheduler.page_size),
+      state_{&kda_, &kv_} {
+  scheduler_ = std::make_unique<Scheduler>(model.config(), config_.scheduler, state_);
+  concurrency_ = scheduler_->Concurrency();
+  stats_ = scheduler_->Stats();
+}
+
+EngineLoop::~EngineLoop() {
+  if (thread_.joinable()) Shutdown(std::chrono::milliseconds(0));
+}
+
+void EngineLoop::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+absl::Status EngineLoop::Submit(RequestSpec spec, std::vector<std::string> stop_strings,
+                                std::shared_ptr<RequestSink> sink) {
+  if (absl::Status s = scheduler_->Validate(spec); !s.ok()) return s;
+  Live live;
+  live.sink = std::move(sink);
+  if (config_.text) live.text = config_.text(stop_strings);
+  live.submitted = Clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (draining_ || stop_) return absl::UnavailableError("server is shutting down");
+  if (static_cast<int64_t>(inbox_.size()) + stats_.waiting >= config_.scheduler.max_waiting) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "queue full: ", config_.scheduler.max_waiting, " requests already waiting"));
+  }
+  inbox_.emplace_back(std::move(spec), std::move(live));
+  wake_.notify_one();
+  return absl::OkStatus();
+}
+
+void EngineLoop::Cancel(const std::string& id, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancels_.emplace_back(id, reason);
+  wake_.notify_one();
+}
+
+SchedulerStats EngineLoop::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void EngineLoop::Shutdown(std::chrono::milliseconds drain) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = true;
+    drain_deadline_ = Clock::now() + drain;
+    stop_ = true;
+  }
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+// Moves submitted requests and cancels into the scheduler (engine thread, lock held by caller).
+void EngineLoop::TakeInbox() {
+  for (auto& [spec, live] : inbox_) {
+    const std::string id = spec.id;
+    if (absl::Status s = scheduler_->Add(std::move(spec)); !s.ok()) {
+      StreamEvent e;
+      e.finish = FinishReason::kError;
+      e.detail = std::string(s.message());
+      live.sink->OnEvent(std::move(e));
+      continue;
+    }
+    live_[id] = std::move(live);
+  }
+  inbox_.clear();
+  for (const auto& [id, reason] : cancels_) scheduler_->Cancel(id, reason);
+  cancels_.clear();
+}
+
+void EngineLoop::Deliver(std::vector<RequestEvent> events) {
+  for (size_t i = 0; i < events.size(); ++i) {
+    RequestEvent& ev = events[i];
+    auto it = live_.find(ev.id);
+    if (it == live_.end()) continue;
+    Live& live = it->second;
+    StreamEvent out;
+    if (live.first) {
+      out.queue_seconds = Seconds(Clock::now() - live.submitted);
+      live.first = false;
+    }
+    bool stopped = false;
+    if (live.text) {
+      for (const TokenChoice& t : ev.tokens) {
+        out.text += live.text->Push(t.token, &stopped);
+        if (stopped) break;
+      }
+    }
+    out.tokens = std::move(ev.tokens);
+    if (stopped && ev.finish == FinishReason::kNone) {
+      // A stop string ended the text: finish the request now and free its state.
+      std::vector<RequestEvent> done = scheduler_->Finish(ev.id, FinishReason::kStop, "stop string");
+      if (!done.empty()) {
+        ev.finish = done[0].finish;
+        ev.detail = done[0].detail;
+        ev.prompt_tokens = done[0].prompt_tokens;
+        ev.completion_tokens = done[0].completion_tokens;
+      }
+    } else if (ev.finish != FinishReason::kNone && live.text) {
+      out.text += live.text->Finish();
+    }
+    out.finish = ev.finish;
+    out.detail = ev.detail;
+    out.prompt_tokens = ev.prompt_tokens;
+    out.completion_tokens = ev.completion_tokens;
+    out.cached_tokens = live.cached_tokens;
+    live.sink->OnEvent(std::move(out));
+    if (ev.finish != FinishReason::kNone) live_.erase(it);
+  }
+}
+
+bool EngineLoop::RunOnce() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    TakeInbox();
+  }
+  const Clock::time_point t0 = Clock::now();
+  std::vector<RequestEvent> events;
+  StepPlan plan = scheduler_->Schedule(&events);
+  Deliver(std::move(events));
+  if (plan.empty()) {
+    const SchedulerStats stats = scheduler_->Stats();
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_ = stats;
+    return false;
+  }
+  for (const PlannedSeq& s : plan.seqs) {
+    auto it = live_.find(s.request->spec.id);
+    if (it != live_.end()) it->second.cached_tokens = s.request->cached_tokens;
+  }
+  StepStats step;
+  step.batch_size = static_cast<int64_t>(plan.seqs.size());
+  step.tokens = plan.num_tokens;
+  for (const PlannedSeq& s : plan.seqs) {
+    (s.count == 1 && s.request->computed >= static_cast<int64_t>(s.request->spec.prompt.size())
+         ? step.decode_tokens
+         : step.prefill_tokens) += s.count;
+  }
+  const Clock::time_point t1 = Clock::now();
+  StepOutput out;
+  const absl::Status status = engine_.Step(plan.batch, state_, &out);
+  const Clock::time_point t2 = Clock::now();
+  if (!status.ok()) {
+    // An engine error ends the requests of this step, never the process.
+    std::vector<RequestEvent> failed;
+    for (const PlannedSeq& s : plan.seqs) {
+      auto done = scheduler_->Finish(s.request->spec.id, FinishReason::kError,
+                                     absl::StrCat("engine step failed: ", status.message()));
+      failed.insert(failed.end(), done.begin(), done.end());
+    }
+    Deliver(std::move(failed));
+  } else {
+    Deliver(scheduler_->Update(plan, out));
+  }
+  step.seconds = Seconds(t2 - t1);
+  step.overhead = Seconds(Clock::now() - t2) + Seconds(t1 - t0);
+  const SchedulerStats stats = scheduler_->Stats();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_ = stats;
+  }
+  if (config_.on_step) config_.on_step(step, stats);
+  return true;
+}
+
+void EngineLoop::Loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] {
+        return stop_ || !inbox_.empty() || !cancels_.empty() || scheduler_->HasWork();
+      });
+      if (stop_) {
+        TakeInbox();
+        const bool expired = Clock::now() >= drain_deadline_;
+        if (!scheduler_->HasWork() || expired) {
+          lock.unlock();
+          Deliver(scheduler_->FinishAll(FinishReason::kCancelled,
+                                        "server shut down before the request finished"));
+          return;
+        }
+      }
+    }
+    if (!RunOnce() && scheduler_->HasWork()) {
+      // Work exists but nothing could run (memory held by others): wait for a change.
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait_for(lock, std::chrono::milliseconds(2));
+    }
+  }
+}
+
+}  // namespace kimi::sched

@@ -1,0 +1,71 @@
+// Prefix cache for the hybrid state. A KDA layer's state cannot be cut at an arbitrary position
+// the way a KV cache can, so the cache keeps snapshots of the whole per-request KDA state (all
+// layers, recurrent + conv) at fixed token boundaries, each with refs on the MLA pages that hold
+// the same prefix. A new request resumes from the deepest snapshot its prompt matches, never
+// mid-block. Entries are keyed by a hash chain over the token blocks, verified token by token on
+// a hit, and evicted least-recently-used.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "scheduler/allocators.h"
+
+namespace kimi::sched {
+
+class PrefixCache {
+ public:
+  // interval: tokens between snapshots (a multiple of page_size). max_bytes: snapshot memory.
+  PrefixCache(int64_t interval, int64_t page_size, int64_t max_bytes, int64_t snapshot_floats,
+              PageAllocator* pages);
+  ~PrefixCache();
+
+  struct Hit {
+    int64_t tokens = 0;  // prefix length restored
+    const std::vector<float>* snapshot = nullptr;
+    std::span<const int32_t> pages;  // pages covering [0, tokens)
+  };
+  // Deepest snapshot whose tokens equal tokens[0, n) with n <= limit. Counts a query.
+  Hit Lookup(std::span<const int32_t> tokens, int64_t limit);
+  // Records the state after exactly tokens.size() tokens (a multiple of the interval).
+  void Insert(std::span<const int32_t> tokens, std::span<const float> snapshot,
+              std::span<const int32_t> pages);
+  bool Contains(std::span<const int32_t> tokens) const;
+  // Drops least-recently-used entries until `pages_needed` pages are free or nothing is left to
+  // drop; returns whether enough are free.
+  bool FreePages(int64_t pages_needed);
+
+  int64_t interval() const { return interval_; }
+  int64_t entries() const { return static_cast<int64_t>(lru_.size()); }
+  int64_t bytes() const { return bytes_; }
+  int64_t queries() const { return queries_; }
+  int64_t hits() const { return hits_; }
+  int64_t saved_tokens() const { return saved_tokens_; }
+  // Adds one count per page ref the cache holds (for invariant checks).
+  void CountPageRefs(std::vector<int32_t>& counts) const {
+    for (const Entry& e : lru_) {
+      for (int32_t p : e.pages) ++counts[p];
+    }
+  }
+
+ private:
+  struct Entry {
+    uint64_t key;
+    std::vector<int32_t> tokens;
+    std::vector<float> snapshot;
+    std::vector<int32_t> pages;
+  };
+  static uint64_t ChainKey(uint64_t prev, std::span<const int32_t> block);
+  void EvictOldest();
+
+  int64_t interval_, page_size_, max_bytes_, snapshot_floats_;
+  PageAllocator* pages_;
+  std::list<Entry> lru_;  // front = most recently used
+  std::unordered_map<uint64_t, std::list<Entry>::iterator> index_;
+  int64_t bytes_ = 0, queries_ = 0, hits_ = 0, saved_tokens_ = 0;
+};
+
+}  // namespace kimi::sched

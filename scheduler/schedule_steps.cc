@@ -1,0 +1,246 @@
+// Schedule() and its steps: drop cancelled requests, give running requests their tokens (freeing
+// memory by preemption when pages run out), resume swapped requests, admit waiting ones, and
+// build the engine batch.
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "scheduler/scheduler.h"
+
+namespace kimi::sched {
+
+std::vector<RequestEvent> Scheduler::DropCancelled() {
+  std::vector<RequestEvent> events;
+  const Clock::time_point now = Clock::now();
+  std::vector<Request*> done;
+  for (auto& [id, r] : requests_) {
+    if (!r->cancel && r->spec.deadline && now >= *r->spec.deadline) {
+      r->cancel = true;
+      r->cancel_reason = "deadline exceeded";
+    }
+    if (r->cancel) done.push_back(r.get());
+  }
+  for (Request* r : done) events.push_back(Finished(*r, FinishReason::kCancelled, r->cancel_reason));
+  return events;
+}
+
+// Waiting requests by effective priority (priority minus one per aging period waited), then
+// arrival: FIFO within a priority, and no request starves behind a stream of urgent ones.
+void Scheduler::SortWaiting() {
+  const Clock::time_point now = Clock::now();
+  auto effective = [&](const Request* r) {
+    const double waited = std::chrono::duration<double>(now - r->arrived).count();
+    return r->spec.priority - static_cast<int64_t>(std::floor(waited / config_.aging_seconds));
+  };
+  std::stable_sort(waiting_.begin(), waiting_.end(), [&](const Request* a, const Request* b) {
+    const int64_t ea = effective(a), eb = effective(b);
+    return ea != eb ? ea < eb : a->arrival < b->arrival;
+  });
+}
+
+// Tokens `r` runs this step under `budget`. A chunk that does not finish the known tokens ends
+// on the chunk grid, so splitting never changes the KDA arithmetic (the prefix interval is a
+// multiple of the grid, so stopping at snapshot boundaries keeps this).
+int64_t Scheduler::ChunkFor(const Request& r, int64_t budget) const {
+  const int64_t remaining = r.total() - r.computed;
+  int64_t n = std::min(remaining, budget);
+  if (n <= 0) return 0;
+  if (n < remaining) n = (r.computed + n) / config_.chunk_grid * config_.chunk_grid - r.computed;
+  // With the prefix cache on, chunks stop at snapshot boundaries so the state there exists.
+  if (prefix_) {
+    const int64_t boundary = (r.computed / prefix_->interval() + 1) * prefix_->interval();
+    n = std::min(n, boundary - r.computed);
+  }
+  return std::max<int64_t>(n, 0);
+}
+
+// Pages for positions [0, upto); all or nothing.
+bool Scheduler::ReservePages(Request& r, int64_t upto) {
+  const int64_t needed = (upto + config_.page_size - 1) / config_.page_size;
+  const int64_t missing = needed - static_cast<int64_t>(r.pages.size());
+  if (missing <= 0) return true;
+  if (pages_.free() < missing && !(prefix_ && prefix_->FreePages(missing))) return false;
+  for (int64_t i = 0; i < missing; ++i) r.pages.push_back(*pages_.Acquire());
+  return true;
+}
+
+void Scheduler::SwapOut(Request& r) {
+  running_.erase(std::remove(running_.begin(), running_.end(), &r), running_.end());
+  if (r.computed == r.cached_tokens && r.output_ids.empty()) {
+    // Nothing computed beyond what the prefix cache gave: simply back to the queue.
+    Release(r);
+    r.computed = 0;
+    r.cached_tokens = 0;
+    r.state = RequestState::kWaiting;
+    waiting_.push_front(&r);
+    return;
+  }
+  if (std::holds_alternative<SwapToHost>(config_.preempt)) {
+    if (state_.kda) {
+      r.swap_kda.resize(state_.kda->SlotFloats());
+      state_.kda->SaveSlot(r.kda_slot, r.swap_kda.data());
+    }
+    if (state_.kv) {
+      const int64_t layers = model_.NumLayersOf(LayerKind::kMla);
+      const int64_t page_floats = config_.page_size * state_.kv->width();
+      r.swap_kv.resize(layers * r.pages.size() * page_floats);
+      float* out = r.swap_kv.data();
+      for (int64_t l = 0; l < layers; ++l) {
+        for (int32_t p : r.pages) {
+          out = std::copy_n(state_.kv->LayerPool(l) + p * page_floats, page_floats, out);
+        }
+      }
+    }
+    ++counters_.preempt_swap;
+    Release(r);
+    r.state = RequestState::kSwapped;
+    swapped_.push_back(&r);
+    std::sort(swapped_.begin(), swapped_.end(),
+              [](const Request* a, const Request* b) { return a->arrival < b->arrival; });
+  } else {
+    ++counters_.preempt_recompute;
+    Release(r);
+    r.computed = 0;  // prompt + output so far are prefilled again
+    r.state = RequestState::kWaiting;
+    waiting_.push_front(&r);
+  }
+  ++r.preemptions;
+}
+
+bool Scheduler::SwapIn(Request& r) {
+  const int64_t n_pages = (r.computed + config_.page_size - 1) / config_.page_size;
+  if (slots_.free() == 0) return false;
+  if (pages_.free() < n_pages && !(prefix_ && prefix_->FreePages(n_pages))) return false;
+  r.kda_slot = *slots_.Acquire();
+  for (int64_t i = 0; i < n_pages; ++i) r.pages.push_back(*pages_.Acquire());
+  if (state_.kda) state_.kda->LoadSlot(r.kda_slot, r.swap_kda.data());
+  if (state_.kv) {
+    const int64_t layers = model_.NumLayersOf(LayerKind::kMla);
+    const int64_t page_floats = config_.page_size * state_.kv->width();
+    const float* in = r.swap_kv.data();
+    for (int64_t l = 0; l < layers; ++l) {
+      for (int32_t p : r.pages) {
+        std::copy_n(in, page_floats, state_.kv->LayerPool(l) + p * page_floats);
+        in += page_floats;
+      }
+    }
+  }
+  r.swap_kda = {};
+  r.swap_kv = {};
+  r.state = RequestState::kRunning;
+  running_.push_back(&r);
+  return true;
+}
+
+// Gives a waiting request a slot, restoring the deepest matching prefix snapshot.
+bool Scheduler::AdmitWaiting(Request& r) {
+  if (slots_.free() == 0) return false;
+  r.kda_slot = *slots_.Acquire();
+  r.computed = 0;
+  if (state_.kda) state_.kda->Clear(r.kda_slot);
+  if (prefix_) {
+    std::vector<int32_t> tokens(r.total());
+    for (int64_t i = 0; i < r.total(); ++i) tokens[i] = r.token_at(i);
+    // At least one token must run to produce logits.
+    const PrefixCache::Hit hit = prefix_->Lookup(tokens, r.total() - 1);
+    if (hit.tokens > 0) {
+      if (state_.kda) state_.kda->LoadSlot(r.kda_slot, hit.snapshot->data());
+      for (int32_t p : hit.pages) {
+        pages_.Ref(p);
+        r.pages.push_back(p);
+      }
+      r.computed = hit.tokens;
+      r.cached_tokens = hit.tokens;
+    }
+  }
+  r.state = RequestState::kRunning;
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), &r), waiting_.end());
+  running_.push_back(&r);
+  return true;
+}
+
+// Frees memory for `needy` by preempting the running request that should yield: the lowest
+// priority, latest arrival, not yet planned this step (needy itself as a last resort).
+bool Scheduler::PreemptOneFor(const Request& needy, const std::vector<Request*>& planned) {
+  Request* victim = nullptr;
+  for (Request* r : running_) {
+    if (std::find(planned.begin(), planned.end(), r) != planned.end()) continue;
+    if (!victim || r->spec.priority > victim->spec.priority ||
+        (r->spec.priority == victim->spec.priority && r->arrival > victim->arrival)) {
+      victim = r;
+    }
+  }
+  if (!victim) return false;
+  SwapOut(*victim);
+  return victim != &needy;
+}
+
+void Scheduler::AddToPlan(StepPlan& plan, Request& r, int64_t count) {
+  std::vector<int32_t> tokens(count);
+  for (int64_t i = 0; i < count; ++i) tokens[i] = r.token_at(r.computed + i);
+  const bool sample = r.computed + count == r.total();
+  plan.seqs.push_back({&r, count, sample});
+  plan.tokens.push_back(std::move(tokens));
+  plan.num_tokens += count;
+}
+
+StepPlan Scheduler::Schedule(std::vector<RequestEvent>* events) {
+  std::vector<RequestEvent> dropped = DropCancelled();
+  events->insert(events->end(), std::make_move_iterator(dropped.begin()),
+                 std::make_move_iterator(dropped.end()));
+  StepPlan plan;
+  int64_t budget = token_budget_;
+  std::vector<Request*> planned;
+  auto is_planned = [&](const Request* r) {
+    return std::find(planned.begin(), planned.end(), r) != planned.end();
+  };
+  // Runs `r` this step if budget and pages allow, preempting unplanned requests for pages.
+  auto try_run = [&](Request& r) {
+    const int64_t n = ChunkFor(r, budget);
+    if (n == 0) return;
+    while (!ReservePages(r, r.computed + n)) {
+      if (!PreemptOneFor(r, planned)) return;  // r itself was preempted (or nothing could be)
+    }
+    AddToPlan(plan, r, n);
+    planned.push_back(&r);
+    budget -= n;
+  };
+
+  // 1. Running requests, earliest admitted first.
+  const std::vector<Request*> running = running_;
+  for (Request* r : running) {
+    if (r->state == RequestState::kRunning && !is_planned(r)) try_run(*r);
+  }
+  // 2. Swapped requests resume before anything new is admitted.
+  while (!swapped_.empty() && budget > 0) {
+    Request* r = swapped_.front();
+    if (!SwapIn(*r)) break;
+    swapped_.pop_front();
+    try_run(*r);
+    if (!is_planned(r)) break;  // it could not run (and may be swapped out again): next step
+  }
+  // 3. Waiting requests in priority order; stop at the first that does not fit (no overtaking).
+  if (swapped_.empty()) {
+    SortWaiting();
+    while (!waiting_.empty() && budget > 0) {
+      Request* r = waiting_.front();
+      if (!AdmitWaiting(*r)) break;
+      try_run(*r);
+      if (!is_planned(r)) break;
+    }
+  }
+  // 4. The engine's view of the plan.
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const Request& r = *plan.seqs[i].request;
+    SequenceStep s;
+    s.kda_slot = r.kda_slot;
+    s.pages = r.pages;
+    s.pos0 = r.computed;
+    s.tokens = plan.tokens[i];
+    s.logits = plan.seqs[i].sample ? LogitsWanted::kLast : LogitsWanted::kNone;
+    plan.batch.push_back(s);
+  }
+  return plan;
+}
+
+}  // namespace kimi::sched

@@ -1,0 +1,251 @@
+#include "scheduler/scheduler.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace kimi::sched {
+
+const char* FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone:
+      return "none";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
+  }
+  return "?";
+}
+
+Scheduler::Scheduler(const ModelConfig& model, const SchedulerConfig& config, EngineState state)
+    : model_(model),
+      config_(config),
+      state_(state),
+      slots_(std::min(config.max_running, state.kda ? state.kda->num_slots() : config.max_running)),
+      pages_(std::min(config.num_pages, state.kv ? state.kv->num_pages() : config.num_pages)),
+      token_budget_(config.token_budget) {
+  if (config_.max_context <= 0) config_.max_context = model.max_context;
+  if (state.kv) config_.page_size = state.kv->page_size();
+  if (config_.prefix_interval > 0) {
+    assert(config_.prefix_interval % config_.chunk_grid == 0 &&
+           config_.prefix_interval % config_.page_size == 0 && "validated by the caller");
+    prefix_ = std::make_unique<PrefixCache>(config_.prefix_interval, config_.page_size,
+                                            config_.prefix_cache_bytes,
+                                            state.kda ? state.kda->SlotFloats() : 0, &pages_);
+  }
+}
+
+Scheduler::~Scheduler() {
+  // The prefix cache holds page refs; drop it before the allocator it points to.
+  prefix_.reset();
+}
+
+int64_t Scheduler::Concurrency() const {
+  // KDA slots, the KV pages a request of a typical length needs, the AttnRes per-step budget.
+  const int64_t typical = std::min<int64_t>(config_.max_context, 4096);
+  const int64_t pages_each = (typical + config_.page_size - 1) / config_.page_size;
+  return std::min({slots_.capacity(), pages_.capacity() / std::max<int64_t>(1, pages_each),
+                   token_budget_});
+}
+
+absl::Status Scheduler::Validate(const RequestSpec& spec) const {
+  if (spec.prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
+  const int64_t len = static_cast<int64_t>(spec.prompt.size());
+  if (len >= config_.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt has ", len,
+                                                   " tokens; the context limit is ",
+                                                   config_.max_context));
+  }
+  const int64_t pages_needed = (len + 1 + config_.page_size - 1) / config_.page_size;
+  if (pages_needed > pages_.capacity()) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt needs ", pages_needed,
+                                                   " KV pages; the pool has ",
+                                                   pages_.capacity()));
+  }
+  if (spec.max_tokens <= 0) return absl::InvalidArgumentError("max_tokens must be positive");
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::Add(RequestSpec spec) {
+  if (absl::Status s = Validate(spec); !s.ok()) return s;
+  if (static_cast<int64_t>(waiting_.size()) >= config_.max_waiting) {
+    return absl::ResourceExhaustedError(absl::StrCat("queue full (", config_.max_waiting,
+                                                     " requests waiting)"));
+  }
+  if (requests_.count(spec.id)) {
+    return absl::AlreadyExistsError(absl::StrCat("request id \"", spec.id, "\" is in use"));
+  }
+  auto r = std::make_unique<Request>();
+  r->spec = std::move(spec);
+  r->arrival = next_arrival_++;
+  r->arrived = Clock::now();
+  waiting_.push_back(r.get());
+  requests_[r->spec.id] = std::move(r);
+  return absl::OkStatus();
+}
+
+bool Scheduler::Cancel(const std::string& id, const std::string& reason) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return false;
+  it->second->cancel = true;
+  it->second->cancel_reason = reason;
+  return true;
+}
+
+void Scheduler::Release(Request& r) {
+  if (r.kda_slot >= 0) slots_.Release(r.kda_slot);
+  r.kda_slot = -1;
+  for (int32_t p : r.pages) pages_.Unref(p);
+  r.pages.clear();
+}
+
+RequestEvent Scheduler::Finished(Request& r, FinishReason reason, const std::string& detail) {
+  Release(r);
+  r.state = RequestState::kFinished;
+  RequestEvent e;
+  e.id = r.spec.id;
+  e.finish = reason;
+  e.detail = detail;
+  e.prompt_tokens = static_cast<int64_t>(r.spec.prompt.size());
+  e.completion_tokens = static_cast<int64_t>(r.output_ids.size());
+  auto drop = [&](auto& list) {
+    list.erase(std::remove(list.begin(), list.end(), &r), list.end());
+  };
+  drop(waiting_);
+  drop(running_);
+  drop(swapped_);
+  ++counters_.finished;
+  requests_.erase(r.spec.id);  // r is gone after this line
+  return e;
+}
+
+std::vector<RequestEvent> Scheduler::Finish(const std::string& id, FinishReason reason,
+                                            const std::string& detail) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return {};
+  return {Finished(*it->second, reason, detail)};
+}
+
+std::vector<RequestEvent> Scheduler::FinishAll(FinishReason reason, const std::string& detail) {
+  std::vector<RequestEvent> events;
+  while (!requests_.empty()) events.push_back(Finished(*requests_.begin()->second, reason, detail));
+  return events;
+}
+
+SchedulerStats Scheduler::Stats() const {
+  SchedulerStats s = counters_;
+  s.waiting = static_cast<int64_t>(waiting_.size());
+  s.running = static_cast<int64_t>(running_.size());
+  s.swapped = static_cast<int64_t>(swapped_.size());
+  s.slots_used = slots_.used();
+  s.slots_total = slots_.capacity();
+  s.pages_used = pages_.used();
+  s.pages_total = pages_.capacity();
+  s.attn_res_bytes_total = AttnResCacheBytes(model_, token_budget_);
+  if (prefix_) {
+    s.prefix_queries = prefix_->queries();
+    s.prefix_hits = prefix_->hits();
+    s.prefix_saved_tokens = prefix_->saved_tokens();
+  }
+  return s;
+}
+
+absl::Status Scheduler::CheckInvariants() const {
+  std::vector<int32_t> holders(pages_.capacity(), 0);
+  std::vector<char> slot_seen(slots_.capacity(), 0);
+  int64_t slots_held = 0;
+  for (const auto& [id, r] : requests_) {
+    const bool running = r->state == RequestState::kRunning;
+    if (running != (r->kda_slot >= 0)) {
+      return absl::InternalError(absl::StrCat(id, ": slot ", r->kda_slot, " in state ",
+                                              static_cast<int>(r->state)));
+    }
+    if (r->kda_slot >= 0) {
+      if (slot_seen[r->kda_slot]++) {
+        return absl::InternalError(absl::StrCat("slot ", r->kda_slot, " held twice"));
+      }
+      ++slots_held;
+    }
+    if (!running && !r->pages.empty()) return absl::InternalError(id + ": pages while not running");
+    for (int32_t p : r->pages) ++holders[p];
+    const int64_t need = (r->computed + config_.page_size - 1) / config_.page_size;
+    if (running && static_cast<int64_t>(r->pages.size()) < need) {
+      return absl::InternalError(absl::StrCat(id, ": ", r->pages.size(), " pages for ",
+                                              r->computed, " computed tokens"));
+    }
+  }
+  if (prefix_) prefix_->CountPageRefs(holders);
+  for (int64_t p = 0; p < pages_.capacity(); ++p) {
+    if (holders[p] != pages_.refs(static_cast<int32_t>(p))) {
+      return absl::InternalError(absl::StrCat("page ", p, " has ", pages_.refs(p), " refs but ",
+                                              holders[p], " holders"));
+    }
+  }
+  if (slots_held != slots_.used()) {
+    return absl::InternalError(absl::StrCat(slots_held, " slots held, allocator says ",
+                                            slots_.used()));
+  }
+  if (static_cast<int64_t>(running_.size()) != slots_held) {
+    return absl::InternalError("running list and slot holders differ");
+  }
+  return absl::OkStatus();
+}
+
+std::vector<RequestEvent> Scheduler::Update(StepPlan& plan, const StepOutput& out) {
+  std::vector<RequestEvent> events;
+  counters_.attn_res_bytes_used = AttnResCacheBytes(model_, plan.num_tokens);
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    Request& r = *plan.seqs[i].request;
+    r.computed += plan.seqs[i].count;
+    MaybeSnapshot(r);
+    if (!plan.seqs[i].sample) continue;
+    const float* row = out.logits.data() + out.first_row[i] * out.vocab;
+    TokenChoice choice =
+        SampleToken({row, static_cast<size_t>(out.vocab)}, r.spec.sampling, r.spec.prompt,
+                    r.output_ids, static_cast<uint64_t>(r.output_ids.size()));
+    const int32_t tok = choice.token;
+    r.output_ids.push_back(tok);
+    r.output.push_back(choice);
+    RequestEvent e;
+    e.id = r.spec.id;
+    e.tokens.push_back(std::move(choice));
+    const bool stop_id =
+        std::find(r.spec.stop_token_ids.begin(), r.spec.stop_token_ids.end(), tok) !=
+        r.spec.stop_token_ids.end();
+    if (stop_id) {
+      RequestEvent done = Finished(r, FinishReason::kStop, "stop token");
+      done.tokens = std::move(e.tokens);
+      events.push_back(std::move(done));
+    } else if (static_cast<int64_t>(r.output_ids.size()) >= r.spec.max_tokens) {
+      RequestEvent done = Finished(r, FinishReason::kLength, "max_tokens reached");
+      done.tokens = std::move(e.tokens);
+      events.push_back(std::move(done));
+    } else if (r.total() >= config_.max_context) {
+      RequestEvent done = Finished(r, FinishReason::kLength, "context limit reached");
+      done.tokens = std::move(e.tokens);
+      events.push_back(std::move(done));
+    } else {
+      events.push_back(std::move(e));
+    }
+  }
+  return events;
+}
+
+void Scheduler::MaybeSnapshot(Request& r) {
+  if (!prefix_ || !state_.kda || r.computed == 0 || r.computed % prefix_->interval() != 0) return;
+  std::vector<int32_t> tokens(r.computed);
+  for (int64_t i = 0; i < r.computed; ++i) tokens[i] = r.token_at(i);
+  if (prefix_->Contains(tokens)) return;
+  std::vector<float> snapshot(state_.kda->SlotFloats());
+  state_.kda->SaveSlot(r.kda_slot, snapshot.data());
+  prefix_->Insert(tokens, snapshot, r.pages);
+}
+
+}  // namespace kimi::sched

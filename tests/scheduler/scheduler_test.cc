@@ -1,0 +1,268 @@
+#include "scheduler/scheduler.h"
+
+#include <map>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "tests/scheduler/fake_model.h"
+
+namespace kimi::sched {
+namespace {
+
+using testing::FakeConfig;
+using testing::FakeStep;
+
+struct Fixture {
+  ModelConfig model = FakeConfig();
+  KdaStatePool kda;
+  MlaKvCache kv;
+  Scheduler sched;
+  Fixture(const SchedulerConfig& c)
+      : kda(model, c.max_running), kv(model, c.num_pages, c.page_size), sched(model, c, {&kda, &kv}) {}
+
+  RequestSpec Spec(const std::string& id, int64_t prompt_len, int32_t max_tokens,
+                   int32_t priority = 0) {
+    RequestSpec s;
+    s.id = id;
+    for (int64_t i = 0; i < prompt_len; ++i) s.prompt.push_back(static_cast<int32_t>(i % 30));
+    s.max_tokens = max_tokens;
+    s.sampling.temperature = 0.0f;
+    s.priority = priority;
+    return s;
+  }
+  std::vector<std::string> planned_ids;  // of the last step, recorded before Update
+  // One step: schedule, fake engine, update. Returns all events. Requests that finished in the
+  // step are gone afterwards: read `planned_ids`, not the plan's request pointers.
+  std::vector<RequestEvent> Step(StepPlan* plan_out = nullptr) {
+    std::vector<RequestEvent> events;
+    StepPlan plan = sched.Schedule(&events);
+    planned_ids.clear();
+    for (const PlannedSeq& s : plan.seqs) planned_ids.push_back(s.request->spec.id);
+    EXPECT_TRUE(sched.CheckInvariants().ok()) << sched.CheckInvariants();
+    if (!plan.empty()) {
+      auto more = sched.Update(plan, FakeStep(plan, model.vocab));
+      events.insert(events.end(), more.begin(), more.end());
+    }
+    EXPECT_TRUE(sched.CheckInvariants().ok()) << sched.CheckInvariants();
+    if (plan_out) *plan_out = std::move(plan);
+    return events;
+  }
+};
+
+SchedulerConfig Small() {
+  SchedulerConfig c;
+  c.max_running = 4;
+  c.num_pages = 64;
+  c.page_size = 16;
+  c.token_budget = 128;
+  c.max_waiting = 8;
+  c.prefix_interval = 0;
+  return c;
+}
+
+// A long prompt is prefilled in grid-aligned chunks while a running request keeps decoding.
+TEST(Scheduler, LongPromptDoesNotStallDecodes) {
+  Fixture f(Small());
+  ASSERT_TRUE(f.sched.Add(f.Spec("short", 5, 50)).ok());
+  f.Step();  // prefill of "short" + its first token
+  ASSERT_TRUE(f.sched.Add(f.Spec("long", 300, 2)).ok());
+  std::vector<int64_t> long_chunks;
+  for (int i = 0; i < 4; ++i) {
+    StepPlan plan;
+    f.Step(&plan);
+    bool decode_seen = false;
+    for (const PlannedSeq& s : plan.seqs) {
+      if (s.request->spec.id == "short") decode_seen = s.count == 1;
+      if (s.request->spec.id == "long") long_chunks.push_back(s.count);
+    }
+    EXPECT_TRUE(decode_seen) << "step " << i;
+    EXPECT_LE(plan.num_tokens, 128);
+  }
+  // Budget 128 minus one decode = 127, rounded down to the 64 grid: 64-token chunks; the last
+  // chunk finishes the prompt and may end off the grid (300 = 3 x 64 + 108).
+  ASSERT_EQ(long_chunks.size(), 4u);
+  EXPECT_EQ(long_chunks[0], 64);
+  EXPECT_EQ(long_chunks[2], 64);
+  EXPECT_EQ(long_chunks[3], 108);
+}
+
+TEST(Scheduler, GreedyTokensAndFinishReasons) {
+  Fixture f(Small());
+  ASSERT_TRUE(f.sched.Add(f.Spec("a", 10, 3)).ok());
+  std::vector<int32_t> tokens;
+  RequestEvent last;
+  for (int i = 0; i < 10 && f.sched.HasWork(); ++i) {
+    for (auto& e : f.Step()) {
+      for (auto& t : e.tokens) tokens.push_back(t.token);
+      last = e;
+    }
+  }
+  // The fake logits predict the index of the next position: 10, 11, 12.
+  EXPECT_EQ(tokens, (std::vector<int32_t>{10, 11, 12}));
+  EXPECT_EQ(last.finish, FinishReason::kLength);
+  EXPECT_EQ(last.completion_tokens, 3);
+  EXPECT_EQ(last.prompt_tokens, 10);
+
+  RequestSpec s = f.Spec("b", 10, 100);
+  s.stop_token_ids = {11};
+  ASSERT_TRUE(f.sched.Add(s).ok());
+  tokens.clear();
+  for (int i = 0; i < 10 && f.sched.HasWork(); ++i) {
+    for (auto& e : f.Step()) {
+      for (auto& t : e.tokens) tokens.push_back(t.token);
+      last = e;
+    }
+  }
+  EXPECT_EQ(tokens, (std::vector<int32_t>{10, 11}));
+  EXPECT_EQ(last.finish, FinishReason::kStop);
+}
+
+TEST(Scheduler, QueueBoundAndValidation) {
+  SchedulerConfig c = Small();
+  c.max_context = 100;
+  Fixture f(c);
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(f.sched.Add(f.Spec("r" + std::to_string(i), 5, 5)).ok());
+  absl::Status s = f.sched.Add(f.Spec("over", 5, 5));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("queue full"), std::string::npos);
+  EXPECT_EQ(f.sched.Add(f.Spec("r0", 5, 5)).code(), absl::StatusCode::kResourceExhausted);
+  Fixture g(c);
+  EXPECT_EQ(g.sched.Add(f.Spec("long", 100, 5)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(g.sched.Add(f.Spec("empty", 0, 5)).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(g.sched.Add(f.Spec("x", 5, 5)).ok());
+  EXPECT_EQ(g.sched.Add(f.Spec("x", 5, 5)).code(), absl::StatusCode::kAlreadyExists);
+}
+
+TEST(Scheduler, CancelFreesStateAtTheNextStep) {
+  Fixture f(Small());
+  ASSERT_TRUE(f.sched.Add(f.Spec("a", 40, 100)).ok());
+  f.Step();
+  EXPECT_EQ(f.sched.Stats().slots_used, 1);
+  EXPECT_GT(f.sched.Stats().pages_used, 0);
+  EXPECT_TRUE(f.sched.Cancel("a"));
+  const auto events = f.Step();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].finish, FinishReason::kCancelled);
+  EXPECT_EQ(f.sched.Stats().slots_used, 0);
+  EXPECT_EQ(f.sched.Stats().pages_used, 0);
+  EXPECT_FALSE(f.sched.Cancel("a"));
+}
+
+TEST(Scheduler, DeadlineEndsTheRequest) {
+  Fixture f(Small());
+  RequestSpec s = f.Spec("a", 5, 100);
+  s.deadline = Clock::now() - std::chrono::seconds(1);
+  ASSERT_TRUE(f.sched.Add(s).ok());
+  const auto events = f.Step();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].finish, FinishReason::kCancelled);
+  EXPECT_EQ(events[0].detail, "deadline exceeded");
+}
+
+TEST(Scheduler, PriorityOrdersAdmission) {
+  SchedulerConfig c = Small();
+  c.max_running = 1;
+  Fixture f(c);
+  ASSERT_TRUE(f.sched.Add(f.Spec("late-low", 5, 1, 5)).ok());
+  ASSERT_TRUE(f.sched.Add(f.Spec("urgent", 5, 1, 0)).ok());
+  f.Step();
+  EXPECT_EQ(f.planned_ids, std::vector<std::string>{"urgent"});
+  f.Step();
+  EXPECT_EQ(f.planned_ids, std::vector<std::string>{"late-low"});
+}
+
+// When pages run out, the latest lower-priority request is swapped to host memory and later
+// resumes with its state restored exactly.
+TEST(Scheduler, SwapPreemptionRestoresState) {
+  SchedulerConfig c = Small();
+  c.num_pages = 6;  // 96 positions
+  c.page_size = 16;
+  Fixture f(c);
+  ASSERT_TRUE(f.sched.Add(f.Spec("first", 40, 40)).ok());
+  ASSERT_TRUE(f.sched.Add(f.Spec("second", 40, 40)).ok());
+  int64_t swaps = 0;
+  std::map<std::string, std::vector<int32_t>> tokens;
+  for (int i = 0; i < 200 && f.sched.HasWork(); ++i) {
+    for (auto& e : f.Step()) {
+      for (auto& t : e.tokens) tokens[e.id].push_back(t.token);
+    }
+    swaps = f.sched.Stats().preempt_swap;
+  }
+  EXPECT_GE(swaps, 1);
+  EXPECT_EQ(tokens["first"].size(), 40u);
+  EXPECT_EQ(tokens["second"].size(), 40u);
+  // Greedy fake tokens depend only on positions: a swapped request continues where it left.
+  for (size_t i = 0; i < 40; ++i) EXPECT_EQ(tokens["second"][i], (40 + i) % 32);
+}
+
+TEST(Scheduler, RecomputePreemptionFinishesEverything) {
+  SchedulerConfig c = Small();
+  c.num_pages = 6;
+  c.preempt = Recompute{};
+  Fixture f(c);
+  ASSERT_TRUE(f.sched.Add(f.Spec("first", 40, 40)).ok());
+  ASSERT_TRUE(f.sched.Add(f.Spec("second", 40, 40)).ok());
+  std::map<std::string, std::vector<int32_t>> tokens;
+  for (int i = 0; i < 400 && f.sched.HasWork(); ++i) {
+    for (auto& e : f.Step()) {
+      for (auto& t : e.tokens) tokens[e.id].push_back(t.token);
+    }
+  }
+  EXPECT_FALSE(f.sched.HasWork());
+  EXPECT_GE(f.sched.Stats().preempt_recompute, 1);
+  for (const char* id : {"first", "second"}) {
+    ASSERT_EQ(tokens[id].size(), 40u);
+    for (size_t i = 0; i < 40; ++i) EXPECT_EQ(tokens[id][i], (40 + i) % 32);
+  }
+}
+
+// Randomised request streams: invariants hold after every step, the budget is respected, and
+// every admitted request terminates with a reason.
+TEST(Scheduler, RandomStreamsKeepInvariants) {
+  for (uint32_t seed = 1; seed <= 12; ++seed) {
+    std::mt19937 rng(seed);
+    SchedulerConfig c = Small();
+    c.max_running = 1 + rng() % 5;
+    c.num_pages = 8 + rng() % 30;
+    c.token_budget = 64 * (1 + rng() % 3);
+    c.max_waiting = 64;
+    c.preempt = rng() % 2 ? PreemptPolicy(SwapToHost{}) : PreemptPolicy(Recompute{});
+    c.prefix_interval = rng() % 2 ? 64 : 0;
+    Fixture f(c);
+    std::map<std::string, FinishReason> finished;
+    int added = 0;
+    for (int step = 0; step < 3000; ++step) {
+      if (added < 40 && rng() % 3 == 0) {
+        RequestSpec s = f.Spec("q" + std::to_string(added), 1 + rng() % 150, 1 + rng() % 40,
+                               static_cast<int32_t>(rng() % 3));
+        if (rng() % 4 == 0) s.prompt.assign(128 + rng() % 20, 7);  // shared prefixes
+        if (f.sched.Add(s).ok()) ++added;
+      }
+      if (rng() % 10 == 0 && added > 0) f.sched.Cancel("q" + std::to_string(rng() % added));
+      StepPlan plan;
+      for (auto& e : f.Step(&plan)) {
+        if (e.finish != FinishReason::kNone) {
+          ASSERT_FALSE(finished.count(e.id)) << e.id << " finished twice";
+          finished[e.id] = e.finish;
+        }
+      }
+      ASSERT_LE(plan.num_tokens, c.token_budget);
+      if (added == 40 && !f.sched.HasWork()) break;
+    }
+    EXPECT_FALSE(f.sched.HasWork()) << "seed " << seed;
+    EXPECT_EQ(static_cast<int>(finished.size()), added) << "seed " << seed;
+    EXPECT_EQ(f.sched.Stats().slots_used, 0);
+  }
+}
+
+TEST(Scheduler, ConcurrencyIsTheMinimumOverPools) {
+  SchedulerConfig c = Small();
+  c.max_running = 100;
+  c.num_pages = 1024;  // 16384 positions: four 4096-token requests
+  c.token_budget = 512;
+  Fixture f(c);
+  EXPECT_EQ(f.sched.Concurrency(), 4);
+}
+
+}  // namespace
+}  // namespace kimi::sched
