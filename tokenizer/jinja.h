@@ -14,8 +14,9 @@
 //   tojson(indent=None, separators=(a,b)), length/count, string, trim, upper, lower, capitalize,
 //   default/d, first, last, join, list, int, float, items, safe, abs, replace. Functions:
 //   raise_exception(msg) (a clean error), namespace(k=v, ...), range(...). Methods:
-//   str.startswith/endswith/strip/lstrip/rstrip/split/upper/lower/replace/format? (no),
-//   dict.get/items/keys/values, list.append/pop/index? (no: only append and pop).
+//   str.startswith/endswith/strip/lstrip/rstrip/split/upper/lower/replace,
+//   dict.get/items/keys/values, list.append/pop. Undefined values render as "", are falsy and
+//   iterate as empty (Jinja's default Undefined, minus its errors on attribute access).
 // Anything else (macro, call, filter blocks, include, import, extends, block, raw, with, set
 // blocks, unknown filters/tests/methods) is a clear InvalidArgument error naming the construct and
 // the line, at parse time where it can be seen then.
