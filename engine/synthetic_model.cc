@@ -20,6 +20,9 @@
 #include "nlohmann/json.hpp"
 
 namespace kimi {
+
+extern const char kK3ChatTemplate[];  // tokenizer/templates/k3_chat_template.jinja, embedded
+
 namespace {
 
 using ojson = nlohmann::ordered_json;
@@ -441,6 +444,14 @@ absl::Status WriteSyntheticModel(const SyntheticOptions& o) {
                                  TokenizerConfig(p->k3, base) + "\n");
       !s.ok()) {
     return s;
+  }
+
+  // K3's chat format is not the Kimi Linear one: K3 checkpoints carry their own template.
+  const std::string template_path = o.out_dir + "/chat_template.jinja";
+  if (p->k3) {
+    if (absl::Status s = WriteText(template_path, kK3ChatTemplate); !s.ok()) return s;
+  } else {
+    std::remove(template_path.c_str());
   }
 
   std::vector<TensorSpec> specs = ExpectedTensors(c);

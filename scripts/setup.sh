@@ -13,6 +13,7 @@ KIMI_PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev libyaml-cpp-dev libspdlog-dev
   python3 python3-numpy python3-torch
+  libpcre2-dev nodejs npm
 )
 
 kimi_log() { printf '[kimi] %s\n' "$*" >&2; }
@@ -42,21 +43,25 @@ kimi_build() {
   [ "${PIPESTATUS[0]}" -eq 0 ] || { kimi_log "build failed"; return 1; }
 }
 
-# kimi_model PRESET: generates models/PRESET unless it exists and was made by the same generator.
+# kimi_model PRESET: generates models/PRESET unless it exists and was made by the same generator
+# from the same vocabulary (cl100k_base's ranks, from scripts/fetch_vocab.sh).
 kimi_model() {
-  local preset=$1 dir=$KIMI_MODELS/$1
+  local preset=$1 dir=$KIMI_MODELS/$1 vocab=$KIMI_MODELS/cl100k_base.tiktoken
   local stamp
-  stamp=$(cat "$KIMI_ROOT"/engine/synthetic_model.cc "$KIMI_ROOT"/engine/tensor_set.cc | sha1sum | cut -c1-16)
+  stamp=$(cat "$KIMI_ROOT"/engine/synthetic_model.cc "$KIMI_ROOT"/engine/tensor_set.cc \
+    "$KIMI_ROOT"/tokenizer/templates/k3_chat_template.jinja "$vocab" | sha1sum | cut -c1-16)
   if [ -f "$dir/.stamp" ] && [ "$(cat "$dir/.stamp")" = "$stamp" ]; then
     return 0
   fi
   kimi_log "generating model $preset in $dir"
   rm -rf "$dir"
-  "$KIMI_BUILD/bin/kimi-mkmodel" --preset "$preset" --out "$dir" --seed 1 2>/dev/null || return 1
+  "$KIMI_BUILD/bin/kimi-mkmodel" --preset "$preset" --out "$dir" --seed 1 --tiktoken "$vocab" \
+    2>/dev/null || return 1
   echo "$stamp" >"$dir/.stamp"
 }
 
 kimi_setup() {
   kimi_install_packages || return 1
+  "$KIMI_ROOT/scripts/fetch_vocab.sh" || return 1
   kimi_build || return 1
 }
