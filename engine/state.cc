@@ -1,16 +1,31 @@
 #include "engine/state.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 namespace kimi {
+
+ZeroedBuffer::ZeroedBuffer(int64_t floats) : floats_(floats) {
+  if (floats == 0) return;
+  void* p = ::mmap(nullptr, static_cast<size_t>(floats) * sizeof(float), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();  // like any allocation that cannot be satisfied
+  data_ = static_cast<float*>(p);
+}
+
+ZeroedBuffer::~ZeroedBuffer() {
+  if (data_) ::munmap(data_, static_cast<size_t>(floats_) * sizeof(float));
+}
 
 KdaStatePool::KdaStatePool(const ModelConfig& c, int64_t num_slots)
     : num_slots_(num_slots),
       layers_(c.NumLayersOf(LayerKind::kKda)),
       recurrent_(c.kda.num_heads * c.kda.head_dim * c.kda.head_dim),
       per_layer_(recurrent_ + 3 * (c.kda.conv_kernel - 1) * c.kda.projection()),
-      data_(num_slots * layers_ * per_layer_, 0.0f) {}
+      data_(num_slots * layers_ * per_layer_) {}
 
 int64_t KdaStatePool::SlotBytes(const ModelConfig& c) {
   const int64_t per_layer = c.kda.num_heads * c.kda.head_dim * c.kda.head_dim +
@@ -40,7 +55,7 @@ MlaKvCache::MlaKvCache(const ModelConfig& c, int64_t num_pages, int64_t page_siz
       num_pages_(num_pages),
       page_size_(page_size),
       width_(c.mla.cache_width()),
-      data_(layers_ * num_pages * page_size * width_, 0.0f) {}
+      data_(layers_ * num_pages * page_size * width_) {}
 
 int64_t MlaKvCache::BytesPerToken(const ModelConfig& c) {
   return c.NumLayersOf(LayerKind::kMla) * c.mla.cache_width() *

@@ -11,11 +11,27 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
+#include <memory>
 
 #include "engine/model_config.h"
 
 namespace kimi {
+
+// Zero-initialised memory whose pages are committed on first touch (an anonymous mapping), so a
+// large pool costs nothing until requests use it.
+class ZeroedBuffer {
+ public:
+  explicit ZeroedBuffer(int64_t floats);
+  ~ZeroedBuffer();
+  ZeroedBuffer(const ZeroedBuffer&) = delete;
+  ZeroedBuffer& operator=(const ZeroedBuffer&) = delete;
+  float* data() const { return data_; }
+  int64_t size() const { return floats_; }
+
+ private:
+  float* data_ = nullptr;
+  int64_t floats_ = 0;
+};
 
 class KdaStatePool {
  public:
@@ -40,7 +56,7 @@ class KdaStatePool {
     return data_.data() + (slot * layers_ + kda_layer) * per_layer_;
   }
   int64_t num_slots_, layers_, recurrent_, per_layer_;
-  std::vector<float> data_;
+  ZeroedBuffer data_;
 };
 
 class MlaKvCache {
@@ -60,7 +76,7 @@ class MlaKvCache {
 
  private:
   int64_t layers_, num_pages_, page_size_, width_;
-  std::vector<float> data_;
+  ZeroedBuffer data_;
 };
 
 // Bytes of the AttnRes block cache for `tokens` tokens in flight (0 without AttnRes).
