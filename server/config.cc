@@ -1,0 +1,347 @@
+#include "server/config.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <variant>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "yaml-cpp/yaml.h"
+
+namespace kimi::server {
+namespace {
+
+using Member = std::variant<std::string ServerConfig::*, int64_t ServerConfig::*,
+                            double ServerConfig::*, bool ServerConfig::*>;
+
+// Every setting once: YAML key (section.key), a short flag if it has one, help.
+struct Setting {
+  const char* key;
+  const char* flag;  // "" : only --section.key
+  Member member;
+  const char* help;
+};
+
+const std::vector<Setting>& Settings() {
+  static const std::vector<Setting> kSettings = {
+      {"model.path", "--model", &ServerConfig::model_path, "checkpoint directory (required)"},
+      {"model.name", "", &ServerConfig::model_name, "served model name (default: directory name)"},
+      {"model.activation_dtype", "--activation-dtype", &ServerConfig::activation_dtype,
+       "fp32 (bf16 is not implemented yet)"},
+      {"model.device", "--device", &ServerConfig::device, "cpu (cuda: see the CUDA issue)"},
+      {"model.threads", "--threads", &ServerConfig::threads, "engine threads; 0 = one per core"},
+      {"server.listen", "--listen", &ServerConfig::listen, "gRPC address host:port"},
+      {"server.metrics_listen", "--metrics-listen", &ServerConfig::metrics_listen,
+       "Prometheus /metrics address host:port"},
+      {"server.max_request_bytes", "", &ServerConfig::max_request_bytes,
+       "largest accepted request message"},
+      {"server.drain_timeout_seconds", "", &ServerConfig::drain_timeout_seconds,
+       "on SIGTERM/SIGINT, how long running streams may finish"},
+      {"parallel.tp", "--tp", &ServerConfig::tp, "tensor-parallel ranks"},
+      {"parallel.ep", "--ep", &ServerConfig::ep, "expert-parallel ranks"},
+      {"parallel.pp", "--pp", &ServerConfig::pp, "pipeline-parallel stages"},
+      {"memory.kda_state_mib", "", &ServerConfig::kda_state_mib,
+       "memory for per-request KDA state slots"},
+      {"memory.kv_cache_mib", "", &ServerConfig::kv_cache_mib, "memory for MLA KV pages"},
+      {"memory.prefix_cache_mib", "", &ServerConfig::prefix_cache_mib,
+       "memory for prefix-cache KDA snapshots (0 disables the cache)"},
+      {"batching.max_running", "", &ServerConfig::max_running,
+       "requests decoding at once (upper bound on KDA slots)"},
+      {"batching.token_budget", "", &ServerConfig::token_budget,
+       "tokens per step (prefill chunks + decodes); also sizes the AttnRes cache"},
+      {"batching.max_waiting", "", &ServerConfig::max_waiting,
+       "queued requests before RESOURCE_EXHAUSTED"},
+      {"batching.page_size", "", &ServerConfig::page_size, "positions per MLA KV page"},
+      {"batching.prefix_interval", "", &ServerConfig::prefix_interval,
+       "tokens between prefix-cache snapshots (multiple of 64 and of page_size)"},
+      {"batching.preemption", "", &ServerConfig::preemption,
+       "when memory runs out: swap (KDA state and pages to host) or recompute"},
+      {"limits.max_tokens", "", &ServerConfig::max_tokens, "largest max_tokens a request may ask"},
+      {"limits.max_stop_strings", "", &ServerConfig::max_stop_strings, "stop strings per request"},
+      {"limits.max_stop_string_bytes", "", &ServerConfig::max_stop_string_bytes,
+       "bytes per stop string"},
+      {"limits.max_logprobs", "", &ServerConfig::max_logprobs, "largest logprobs (top-n)"},
+      {"auth.api_keys_file", "--api-keys-file", &ServerConfig::api_keys_file,
+       "file with one API key per line; set: requests need 'authorization: Bearer KEY'"},
+      {"tls.cert_file", "--tls-cert", &ServerConfig::tls_cert_file, "server certificate (PEM)"},
+      {"tls.key_file", "--tls-key", &ServerConfig::tls_key_file, "server private key (PEM)"},
+      {"tls.client_ca_file", "--tls-client-ca", &ServerConfig::tls_client_ca_file,
+       "CA for client certificates (PEM); set: mutual TLS"},
+      {"logging.level", "--log-level", &ServerConfig::log_level,
+       "trace, debug, info, warn, error"},
+      {"logging.log_prompts", "", &ServerConfig::log_prompts,
+       "include prompt text in request logs"},
+  };
+  return kSettings;
+}
+
+const Setting* FindKey(absl::string_view key) {
+  for (const Setting& s : Settings()) {
+    if (key == s.key) return &s;
+  }
+  return nullptr;
+}
+
+const Setting* FindFlag(absl::string_view flag) {
+  for (const Setting& s : Settings()) {
+    if ((*s.flag && flag == s.flag) || flag == absl::StrCat("--", s.key)) return &s;
+  }
+  return nullptr;
+}
+
+// Sets one setting from text (flags) with type checking.
+absl::Status SetFromText(const Setting& s, const std::string& text, const std::string& where,
+                         ServerConfig* c) {
+  auto bad = [&](const char* want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": expected ", want, " for ", s.key, ", got \"", text, "\""));
+  };
+  return std::visit(
+      [&](auto member) -> absl::Status {
+        using T = std::remove_reference_t<decltype(c->*member)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          c->*member = text;
+        } else if constexpr (std::is_same_v<T, int64_t>) {
+          int64_t v;
+          if (!absl::SimpleAtoi(text, &v)) return bad("an integer");
+          c->*member = v;
+        } else if constexpr (std::is_same_v<T, double>) {
+          double v;
+          if (!absl::SimpleAtod(text, &v) || !std::isfinite(v)) return bad("a number");
+          c->*member = v;
+        } else {
+          if (text == "true" || text == "1") {
+            c->*member = true;
+          } else if (text == "false" || text == "0") {
+            c->*member = false;
+          } else {
+            return bad("true or false");
+          }
+        }
+        return absl::OkStatus();
+      },
+      s.member);
+}
+
+std::string ValueText(const Setting& s, const ServerConfig& c) {
+  return std::visit(
+      [&](auto member) -> std::string {
+        using T = std::remove_reference_t<decltype(c.*member)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          return absl::StrCat("\"", c.*member, "\"");
+        } else if constexpr (std::is_same_v<T, bool>) {
+          return c.*member ? "true" : "false";
+        } else {
+          return absl::StrCat(c.*member);
+        }
+      },
+      s.member);
+}
+
+bool ValidAddress(const std::string& a) {
+  const size_t colon = a.rfind(':');
+  int port;
+  return colon != std::string::npos && colon > 0 &&
+         absl::SimpleAtoi(a.substr(colon + 1), &port) && port >= 0 && port <= 65535;
+}
+
+}  // namespace
+
+absl::Status ApplyYaml(const std::string& yaml_text, const std::string& source,
+                       ServerConfig* config) {
+  YAML::Node root;
+  try {  // yaml-cpp reports errors by exception; they stop here
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not valid YAML: ", e.what()));
+  }
+  if (root.IsNull()) return absl::OkStatus();
+  if (!root.IsMap()) return absl::InvalidArgumentError(source + ": expected a mapping of sections");
+  for (const auto& section : root) {
+    const std::string name = section.first.as<std::string>("");
+    if (!section.second.IsMap()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": \"", name, "\" is not a known section with keys"));
+    }
+    for (const auto& kv : section.second) {
+      const std::string key = absl::StrCat(name, ".", kv.first.as<std::string>(""));
+      const Setting* s = FindKey(key);
+      if (!s) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(source, ": unknown key \"", key, "\" (kimi-server --help lists them)"));
+      }
+      if (!kv.second.IsScalar()) {
+        return absl::InvalidArgumentError(absl::StrCat(source, ": ", key, " must be a scalar"));
+      }
+      if (absl::Status st = SetFromText(*s, kv.second.Scalar(), source, config); !st.ok()) {
+        return st;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ServerConfig> ParseCommandLine(int argc, char** argv, bool* help) {
+  *help = false;
+  ServerConfig c;
+  // Pass 1: --config and --help; pass 2: the flags, which override the file.
+  std::vector<std::pair<std::string, std::string>> flags;
+  std::string config_path;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      *help = true;
+      return c;
+    }
+    if (!absl::StartsWith(arg, "--")) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", arg, "\""));
+    }
+    std::string value;
+    const size_t eq = arg.find('=');
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    } else {
+      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(arg, " needs a value"));
+      value = argv[++i];
+    }
+    if (arg == "--config") {
+      config_path = value;
+    } else {
+      flags.emplace_back(arg, value);
+    }
+  }
+  if (!config_path.empty()) {
+    std::ifstream in(config_path);
+    if (!in) return absl::NotFoundError(absl::StrCat("cannot open config file ", config_path));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    if (absl::Status s = ApplyYaml(ss.str(), config_path, &c); !s.ok()) return s;
+  }
+  for (const auto& [flag, value] : flags) {
+    const Setting* s = FindFlag(flag);
+    if (!s) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag ", flag, " (kimi-server --help lists them)"));
+    }
+    if (absl::Status st = SetFromText(*s, value, "flag " + flag, &c); !st.ok()) return st;
+  }
+  if (c.model_name.empty() && !c.model_path.empty()) {
+    std::string p = c.model_path;
+    while (p.size() > 1 && p.back() == '/') p.pop_back();
+    c.model_name = p.substr(p.find_last_of('/') + 1);
+  }
+  return c;
+}
+
+absl::Status Validate(const ServerConfig& c) {
+  auto bad = [](const std::string& key, const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat(key, ": ", what));
+  };
+  if (c.model_path.empty()) return bad("model.path", "required (--model DIR)");
+  if (c.activation_dtype != "fp32") {
+    return bad("model.activation_dtype",
+               absl::StrCat("\"", c.activation_dtype, "\" is not supported by this build (fp32)"));
+  }
+  if (c.device != "cpu") {
+    return bad("model.device", absl::StrCat("\"", c.device, "\" is not available (cpu)"));
+  }
+  if (c.threads < 0) return bad("model.threads", "must be >= 0");
+  if (!ValidAddress(c.listen)) return bad("server.listen", "expected host:port");
+  if (!ValidAddress(c.metrics_listen)) return bad("server.metrics_listen", "expected host:port");
+  if (c.max_request_bytes < 1024) return bad("server.max_request_bytes", "must be >= 1024");
+  if (c.drain_timeout_seconds < 0) return bad("server.drain_timeout_seconds", "must be >= 0");
+  for (auto [key, v] : {std::pair{"parallel.tp", c.tp}, {"parallel.ep", c.ep},
+                        {"parallel.pp", c.pp}}) {
+    if (v < 1) return bad(key, "must be >= 1");
+  }
+  if (c.tp * c.ep * c.pp != 1) {
+    return bad("parallel", "tp/ep/pp > 1 need the multi-node build (mpirun); this is one process");
+  }
+  if (c.kda_state_mib < 1) return bad("memory.kda_state_mib", "must be >= 1");
+  if (c.kv_cache_mib < 1) return bad("memory.kv_cache_mib", "must be >= 1");
+  if (c.prefix_cache_mib < 0) return bad("memory.prefix_cache_mib", "must be >= 0");
+  if (c.max_running < 1) return bad("batching.max_running", "must be >= 1");
+  if (c.token_budget < 64) return bad("batching.token_budget", "must be >= 64 (one KDA chunk)");
+  if (c.max_waiting < 1) return bad("batching.max_waiting", "must be >= 1");
+  if (c.page_size < 1 || c.page_size > 1024) return bad("batching.page_size", "must be in [1, 1024]");
+  if (c.prefix_interval < 0 || c.prefix_interval % 64 != 0 ||
+      (c.prefix_interval > 0 && c.prefix_interval % c.page_size != 0)) {
+    return bad("batching.prefix_interval",
+               "must be 0 or a multiple of 64 and of batching.page_size");
+  }
+  if (c.preemption != "swap" && c.preemption != "recompute") {
+    return bad("batching.preemption", "must be swap or recompute");
+  }
+  if (c.max_tokens < 1) return bad("limits.max_tokens", "must be >= 1");
+  if (c.max_stop_strings < 0) return bad("limits.max_stop_strings", "must be >= 0");
+  if (c.max_stop_string_bytes < 1) return bad("limits.max_stop_string_bytes", "must be >= 1");
+  if (c.max_logprobs < 0) return bad("limits.max_logprobs", "must be >= 0");
+  if (c.tls_cert_file.empty() != c.tls_key_file.empty()) {
+    return bad("tls", "cert_file and key_file go together");
+  }
+  if (!c.tls_client_ca_file.empty() && c.tls_cert_file.empty()) {
+    return bad("tls.client_ca_file", "mutual TLS needs tls.cert_file and tls.key_file");
+  }
+  static const char* kLevels[] = {"trace", "debug", "info", "warn", "error"};
+  bool level_ok = false;
+  for (const char* l : kLevels) level_ok |= c.log_level == l;
+  if (!level_ok) return bad("logging.level", "must be trace, debug, info, warn or error");
+  return absl::OkStatus();
+}
+
+std::string HelpText() {
+  std::string out =
+      "kimi-server: streaming gRPC inference for Kimi Linear and Kimi K3 checkpoints.\n\n"
+      "usage: kimi-server --model DIR [--config FILE] [--listen 127.0.0.1:PORT]\n"
+      "                   [--metrics-listen 127.0.0.1:PORT] [flags]\n\n"
+      "Every setting is a key of the YAML config file (--config FILE) and a flag; flags override\n"
+      "the file. Each key can be given as --section.key VALUE; common ones have short flags.\n\n";
+  const ServerConfig defaults;
+  std::string section;
+  for (const Setting& s : Settings()) {
+    const std::string key = s.key;
+    const std::string sec = key.substr(0, key.find('.'));
+    if (sec != section) {
+      absl::StrAppend(&out, sec, ":\n");
+      section = sec;
+    }
+    std::string flags = absl::StrCat("--", key);
+    if (*s.flag) flags = absl::StrCat(s.flag, ", ", flags);
+    absl::StrAppend(&out, "  ", key.substr(key.find('.') + 1), "  (", flags,
+                    ", default ", ValueText(s, defaults), ")\n      ", s.help, "\n");
+  }
+  absl::StrAppend(&out,
+                  "\nSignals: SIGTERM/SIGINT stop accepting, report NOT_SERVING, let running "
+                  "streams finish\nfor server.drain_timeout_seconds, then exit 0.\n");
+  return out;
+}
+
+std::string ExampleYaml() {
+  std::string out =
+      "# kimi-server configuration: every key with its default. Flags override keys\n"
+      "# (kimi-server --help). Generated from server/config.cc; kept in sync by a test.\n";
+  const ServerConfig defaults;
+  std::string section;
+  for (const Setting& s : Settings()) {
+    const std::string key = s.key;
+    const std::string sec = key.substr(0, key.find('.'));
+    if (sec != section) {
+      absl::StrAppend(&out, "\n", sec, ":\n");
+      section = sec;
+    }
+    std::string value = ValueText(s, defaults);
+    if (key == "model.path") value = "\"models/k3-tiny\"";
+    if (key == "model.name") value = "\"k3-tiny\"";
+    absl::StrAppend(&out, "  # ", s.help, "\n  ", key.substr(key.find('.') + 1), ": ", value,
+                    "\n");
+  }
+  return out;
+}
+
+}  // namespace kimi::server

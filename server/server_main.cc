@@ -1,0 +1,241 @@
+// kimi-server: loads a checkpoint and serves kimi.v1.Generation over gRPC, with health, reflection
+// and Prometheus metrics. Start-up order: listen first (health NOT_SERVING, requests UNAVAILABLE),
+// load the model, run a warm-up step, then report SERVING. SIGTERM/SIGINT drain and exit 0.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "server/backend.h"
+#include "server/generation_service.h"
+#include "server/text_stream.h"
+
+namespace kimi::server {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* key) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(key, ": cannot open ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const ServerConfig& c) {
+  if (c.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions opts;
+  auto cert = ReadFile(c.tls_cert_file, "tls.cert_file");
+  if (!cert.ok()) return cert.status();
+  auto key = ReadFile(c.tls_key_file, "tls.key_file");
+  if (!key.ok()) return key.status();
+  opts.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!c.tls_client_ca_file.empty()) {
+    auto ca = ReadFile(c.tls_client_ca_file, "tls.client_ca_file");
+    if (!ca.ok()) return ca.status();
+    opts.pem_root_certs = *ca;
+    opts.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(opts);
+}
+
+// Sizes the state pools from the memory budgets (each pool its own capacity).
+sched::SchedulerConfig Pools(const ServerConfig& c, const ModelConfig& m) {
+  sched::SchedulerConfig s;
+  const int64_t slot_bytes = std::max<int64_t>(1, KdaStatePool::SlotBytes(m));
+  s.max_running = std::max<int64_t>(1, std::min(c.max_running, (c.kda_state_mib << 20) / slot_bytes));
+  const int64_t page_bytes = std::max<int64_t>(1, MlaKvCache::BytesPerToken(m) * c.page_size);
+  s.num_pages = std::max<int64_t>(1, (c.kv_cache_mib << 20) / page_bytes);
+  s.page_size = c.page_size;
+  s.token_budget = c.token_budget;
+  s.max_waiting = c.max_waiting;
+  s.prefix_interval = c.prefix_cache_mib > 0 ? c.prefix_interval : 0;
+  s.prefix_cache_bytes = c.prefix_cache_mib << 20;
+  s.preempt = c.preemption == "recompute" ? sched::PreemptPolicy(sched::Recompute{})
+                                          : sched::PreemptPolicy(sched::SwapToHost{});
+  return s;
+}
+
+// One request through the whole path before reporting SERVING.
+absl::Status WarmUp(Backend& b) {
+  struct Wait : sched::RequestSink {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    sched::StreamEvent last;
+    void OnEvent(sched::StreamEvent e) override {
+      std::lock_guard<std::mutex> lock(mu);
+      if (e.finish != sched::FinishReason::kNone) {
+        done = true;
+        last = std::move(e);
+        cv.notify_all();
+      }
+    }
+  };
+  auto sink = std::make_shared<Wait>();
+  sched::RequestSpec spec;
+  spec.id = "warmup";
+  spec.prompt = {0};
+  spec.max_tokens = 2;
+  spec.sampling.temperature = 0.0f;
+  if (absl::Status s = b.loop->Submit(spec, {}, sink); !s.ok()) return s;
+  std::unique_lock<std::mutex> lock(sink->mu);
+  if (!sink->cv.wait_for(lock, std::chrono::minutes(10), [&] { return sink->done; })) {
+    return absl::DeadlineExceededError("warm-up step did not finish in 10 minutes");
+  }
+  if (sink->last.finish == sched::FinishReason::kError) {
+    return absl::InternalError("warm-up failed: " + sink->last.detail);
+  }
+  return absl::OkStatus();
+}
+
+int Run(int argc, char** argv) {
+  bool help = false;
+  auto parsed = ParseCommandLine(argc, argv, &help);
+  if (help) {
+    std::fputs(HelpText().c_str(), stdout);
+    return 0;
+  }
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "kimi-server: %s\n", std::string(parsed.status().message()).c_str());
+    return 2;
+  }
+  Backend b;
+  b.config = std::move(*parsed);
+  if (absl::Status s = Validate(b.config); !s.ok()) {
+    std::fprintf(stderr, "kimi-server: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  const ServerConfig& c = b.config;
+  spdlog::set_level(spdlog::level::from_str(c.log_level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  if (c.threads > 0) setenv("KIMI_NUM_THREADS", std::to_string(c.threads).c_str(), 1);
+
+  // Signals go to one waiting thread; block them everywhere before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto keys = ApiKeys::Load(c.api_keys_file);
+  if (!keys.ok()) {
+    spdlog::error("{}", std::string(keys.status().message()));
+    return 2;
+  }
+  b.keys = std::move(*keys);
+  auto creds = Credentials(c);
+  if (!creds.ok()) {
+    spdlog::error("{}", std::string(creds.status().message()));
+    return 2;
+  }
+  auto metrics = Metrics::Start(c.metrics_listen, c.model_name);
+  if (!metrics.ok()) {
+    spdlog::error("{}", std::string(metrics.status().message()));
+    return 1;
+  }
+  b.metrics = metrics->get();
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  GenerationService service(&b);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(c.listen, *creds, &port);
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(c.max_request_bytes));
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    spdlog::error("cannot listen on {} (address in use or invalid)", c.listen);
+    return 1;
+  }
+  auto* health = server->GetHealthCheckService();
+  health->SetServingStatus(false);
+  // Ports resolved (":0" picks a free one): tests read them from this line.
+  const std::string host = c.listen.substr(0, c.listen.rfind(':'));
+  const std::string mhost = c.metrics_listen.substr(0, c.metrics_listen.rfind(':'));
+  spdlog::info("gRPC listening on {}:{} ({}), metrics on http://{}:{}/metrics; loading {}", host,
+               port,
+               c.tls_cert_file.empty() ? "plaintext"
+                                       : (c.tls_client_ca_file.empty() ? "TLS" : "mutual TLS"),
+               mhost, b.metrics->port(), c.model_path);
+
+  // Load in the background so health and signals answer meanwhile.
+  std::atomic<int> load_result{-1};
+  std::thread loader([&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    Model::Options opts;
+    opts.log = [](const std::string& line) { spdlog::info("load: {}", line); };
+    auto model = Model::Load(c.model_path, opts);
+    if (!model.ok()) {
+      spdlog::error("cannot load model: {}", std::string(model.status().message()));
+      load_result = 1;
+      return;
+    }
+    b.model = std::move(*model);
+    auto tok = tokenizer::Tokenizer::Load(c.model_path);
+    if (!tok.ok()) {
+      spdlog::error("cannot load tokenizer: {}", std::string(tok.status().message()));
+      load_result = 1;
+      return;
+    }
+    b.tokenizer = std::move(*tok);
+    sched::LoopConfig lc;
+    lc.scheduler = Pools(c, b.model->config());
+    lc.text = DetokenizerFactory(b.tokenizer.get());
+    lc.on_step = [&b](const sched::StepStats& step, const sched::SchedulerStats& stats) {
+      b.metrics->OnStep(step, stats);
+    };
+    b.loop = std::make_unique<sched::EngineLoop>(*b.model, std::move(lc));
+    b.metrics->SetPools(b.loop->Stats());
+    const sched::SchedulerStats st = b.loop->Stats();
+    spdlog::info("pools: {} KDA state slots ({} B each), {} KV pages of {} tokens, AttnRes cache "
+                 "{} B for {} tokens/step; concurrency {} (minimum over pools)",
+                 st.slots_total, KdaStatePool::SlotBytes(b.model->config()), st.pages_total,
+                 c.page_size, st.attn_res_bytes_total, c.token_budget, b.loop->Concurrency());
+    b.loop->Start();
+    if (absl::Status s = WarmUp(b); !s.ok()) {
+      spdlog::error("{}", std::string(s.message()));
+      load_result = 1;
+      return;
+    }
+    b.ready = true;
+    health->SetServingStatus(true);
+    spdlog::info("SERVING {} after {:.1f}s", c.model_name,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    load_result = 0;
+  });
+
+  // Wait for a signal, or for a failed load.
+  std::thread failure_watch([&] {
+    while (load_result.load() == -1) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (load_result.load() == 1) kill(getpid(), SIGTERM);
+  });
+  int sig = 0;
+  sigwait(&signals, &sig);
+  loader.join();
+  failure_watch.join();
+  const bool failed = load_result.load() == 1;
+  spdlog::info("{}: draining (up to {}s), NOT_SERVING", failed ? "load failed" : strsignal(sig),
+               c.drain_timeout_seconds);
+  health->SetServingStatus(false);
+  if (b.loop) {
+    b.loop->Shutdown(std::chrono::milliseconds(static_cast<int64_t>(c.drain_timeout_seconds * 1000)));
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  spdlog::info("stopped");
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace kimi::server
+
+int main(int argc, char** argv) { return kimi::server::Run(argc, argv); }
