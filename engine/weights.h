@@ -89,6 +89,8 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   const std::string& dir() const { return dir_; }
+  // Serves fewer tokens per request than the model supports (a deployment choice).
+  void LimitContext(int64_t tokens) { config_.max_context = tokens; }
   // Bytes of weights one decode token reads (active experts at their stored size).
   int64_t ActiveWeightBytes() const;
 

@@ -1,5 +1,7 @@
 #include "scheduler/engine_loop.h"
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 
 namespace kimi::sched {
@@ -16,7 +18,10 @@ EngineLoop::EngineLoop(const Model& model, LoopConfig config)
       kda_(model.config(), config_.scheduler.max_running),
       kv_(model.config(), config_.scheduler.num_pages, config_.scheduler.page_size),
       state_{&kda_, &kv_} {
-  scheduler_ = std::make_unique<Scheduler>(model.config(), config_.scheduler, state_);
+  // The loop bounds the queue at Submit (where the caller can be told); the scheduler need not.
+  SchedulerConfig sc = config_.scheduler;
+  sc.max_waiting = std::numeric_limits<int64_t>::max();
+  scheduler_ = std::make_unique<Scheduler>(model.config(), sc, state_);
   concurrency_ = scheduler_->Concurrency();
   stats_ = scheduler_->Stats();
 }
@@ -75,6 +80,7 @@ void EngineLoop::TakeInbox() {
       StreamEvent e;
       e.finish = FinishReason::kError;
       e.detail = std::string(s.message());
+      e.rejected = s;
       live.sink->OnEvent(std::move(e));
       continue;
     }
@@ -135,10 +141,13 @@ bool EngineLoop::RunOnce() {
   std::vector<RequestEvent> events;
   StepPlan plan = scheduler_->Schedule(&events);
   Deliver(std::move(events));
-  if (plan.empty()) {
+  if (plan.empty()) {  // nothing ran, but requests may have ended: report the pools
     const SchedulerStats stats = scheduler_->Stats();
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_ = stats;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_ = stats;
+    }
+    if (config_.on_step) config_.on_step(StepStats{}, stats);
     return false;
   }
   for (const PlannedSeq& s : plan.seqs) {

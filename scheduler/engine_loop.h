@@ -39,6 +39,7 @@ struct StreamEvent {
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;
   double queue_seconds = -1.0;  // set on a request's first event
+  absl::Status rejected;         // the scheduler refused the request (finish is kError)
 };
 
 // Receives one request's events, on the engine thread: must not block.

@@ -35,6 +35,8 @@ const std::vector<Setting>& Settings() {
        "fp32 (bf16 is not implemented yet)"},
       {"model.device", "--device", &ServerConfig::device, "cpu (cuda: see the CUDA issue)"},
       {"model.threads", "--threads", &ServerConfig::threads, "engine threads; 0 = one per core"},
+      {"model.max_context", "--max-context", &ServerConfig::max_context,
+       "tokens per request (prompt + output); 0 = the model's limit"},
       {"server.listen", "--listen", &ServerConfig::listen, "gRPC address host:port"},
       {"server.metrics_listen", "--metrics-listen", &ServerConfig::metrics_listen,
        "Prometheus /metrics address host:port"},
@@ -103,7 +105,7 @@ absl::Status SetFromText(const Setting& s, const std::string& text, const std::s
   };
   return std::visit(
       [&](auto member) -> absl::Status {
-        using T = std::remove_reference_t<decltype(c->*member)>;
+        using T = std::remove_cvref_t<decltype(c->*member)>;
         if constexpr (std::is_same_v<T, std::string>) {
           c->*member = text;
         } else if constexpr (std::is_same_v<T, int64_t>) {
@@ -131,7 +133,7 @@ absl::Status SetFromText(const Setting& s, const std::string& text, const std::s
 std::string ValueText(const Setting& s, const ServerConfig& c) {
   return std::visit(
       [&](auto member) -> std::string {
-        using T = std::remove_reference_t<decltype(c.*member)>;
+        using T = std::remove_cvref_t<decltype(c.*member)>;
         if constexpr (std::is_same_v<T, std::string>) {
           return absl::StrCat("\"", c.*member, "\"");
         } else if constexpr (std::is_same_v<T, bool>) {
@@ -252,6 +254,7 @@ absl::Status Validate(const ServerConfig& c) {
     return bad("model.device", absl::StrCat("\"", c.device, "\" is not available (cpu)"));
   }
   if (c.threads < 0) return bad("model.threads", "must be >= 0");
+  if (c.max_context < 0) return bad("model.max_context", "must be >= 0");
   if (!ValidAddress(c.listen)) return bad("server.listen", "expected host:port");
   if (!ValidAddress(c.metrics_listen)) return bad("server.metrics_listen", "expected host:port");
   if (c.max_request_bytes < 1024) return bad("server.max_request_bytes", "must be >= 1024");
@@ -301,7 +304,8 @@ std::string HelpText() {
       "usage: kimi-server --model DIR [--config FILE] [--listen 127.0.0.1:PORT]\n"
       "                   [--metrics-listen 127.0.0.1:PORT] [flags]\n\n"
       "Every setting is a key of the YAML config file (--config FILE) and a flag; flags override\n"
-      "the file. Each key can be given as --section.key VALUE; common ones have short flags.\n\n";
+      "the file. Each key can be given as --section.key VALUE; common ones have short flags.\n"
+      "--print-example-config prints a complete YAML file with every default.\n\n";
   const ServerConfig defaults;
   std::string section;
   for (const Setting& s : Settings()) {

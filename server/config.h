@@ -18,6 +18,7 @@ struct ServerConfig {
   std::string activation_dtype = "fp32";
   std::string device = "cpu";
   int64_t threads = 0;  // engine threads; 0 = one per core
+  int64_t max_context = 0;  // prompt + output limit; 0 = the model's own
   // server
   std::string listen = "127.0.0.1:50051";
   std::string metrics_listen = "127.0.0.1:9464";

@@ -212,7 +212,7 @@ class StreamSink : public sched::RequestSink {
       r.set_finish_reason(ToProto(e.finish));
       r.mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(e.prompt_tokens));
       r.mutable_usage()->set_completion_tokens(static_cast<uint32_t>(e.completion_tokens));
-      status = FinalStatus(e.finish, e.detail);
+      status = e.rejected.ok() ? FinalStatus(e.finish, e.detail) : ToGrpcStatus(e.rejected);
       const double total = Since(start_);
       if (metrics) {
         metrics->OnFinished(e.finish, e.prompt_tokens, e.completion_tokens, total);

@@ -123,6 +123,10 @@ Metrics::Metrics() : impl_(std::make_unique<Impl>()) {
     m.cancellations->Add({{"reason", c}});
   }
   for (const char* phase : {"prefill", "decode"}) m.step_tokens->Add({{"phase", phase}});
+  for (const char* code : {"INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "UNAVAILABLE",
+                           "UNAUTHENTICATED"}) {
+    m.rejected->Add({{"code", code}});
+  }
   m.ttft->Add({}, kLatency);
   m.itl->Add({}, kLatency);
   m.e2e->Add({}, kLatency);
@@ -192,13 +196,14 @@ void Metrics::SetPools(const sched::SchedulerStats& s) {
 
 void Metrics::OnStep(const sched::StepStats& step, const sched::SchedulerStats& stats) {
   Impl& m = *impl_;
+  SetPools(stats);
+  if (step.batch_size == 0) return;  // an idle pass: pools only
   m.step->Add({}, kLatency).Observe(step.seconds);
   m.batch->Add({}, kBatch).Observe(static_cast<double>(step.batch_size));
   m.step_tokens->Add({{"phase", "prefill"}}).Increment(static_cast<double>(step.prefill_tokens));
   m.step_tokens->Add({{"phase", "decode"}}).Increment(static_cast<double>(step.decode_tokens));
   const double total = step.seconds + step.overhead;
   m.overhead->Add({}).Set(total > 0 ? step.overhead / total : 0.0);
-  SetPools(stats);
 }
 
 void Metrics::OnFirstToken(double ttft, double queue) {

@@ -98,6 +98,10 @@ absl::Status WarmUp(Backend& b) {
 }
 
 int Run(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--print-example-config") {
+    std::fputs(ExampleYaml().c_str(), stdout);  // deploy/config/example.yaml
+    return 0;
+  }
   bool help = false;
   auto parsed = ParseCommandLine(argc, argv, &help);
   if (help) {
@@ -158,6 +162,8 @@ int Run(int argc, char** argv) {
     return 1;
   }
   auto* health = server->GetHealthCheckService();
+  // Overall ("") and per service: NOT_SERVING until loaded and warmed up.
+  health->SetServingStatus("kimi.v1.Generation", false);
   health->SetServingStatus(false);
   // Ports resolved (":0" picks a free one): tests read them from this line.
   const std::string host = c.listen.substr(0, c.listen.rfind(':'));
@@ -181,6 +187,9 @@ int Run(int argc, char** argv) {
       return;
     }
     b.model = std::move(*model);
+    if (c.max_context > 0 && c.max_context < b.model->config().max_context) {
+      b.model->LimitContext(c.max_context);
+    }
     auto tok = tokenizer::Tokenizer::Load(c.model_path);
     if (!tok.ok()) {
       spdlog::error("cannot load tokenizer: {}", std::string(tok.status().message()));

@@ -1,0 +1,33 @@
+#include "server/auth.h"
+
+#include <fstream>
+
+#include "gtest/gtest.h"
+
+namespace kimi::server {
+namespace {
+
+TEST(ApiKeys, BearerKeysFromFile) {
+  auto none = ApiKeys::Load("");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->enabled());
+  EXPECT_TRUE(none->Check("").ok());
+
+  const std::string path = ::testing::TempDir() + "/kimi-keys.txt";
+  std::ofstream(path) << "# team keys\n\nsk-alpha\n  sk-beta  \n";
+  auto keys = ApiKeys::Load(path);
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  EXPECT_TRUE(keys->Check("Bearer sk-alpha").ok());
+  EXPECT_TRUE(keys->Check("Bearer sk-beta").ok());
+  EXPECT_EQ(keys->Check("Bearer sk-gamma").code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(keys->Check("sk-alpha").code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(keys->Check("").code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(keys->Check("Bearer sk-alph").code(), absl::StatusCode::kUnauthenticated);
+
+  std::ofstream(path) << "# nothing\n";
+  EXPECT_FALSE(ApiKeys::Load(path).ok());
+  EXPECT_FALSE(ApiKeys::Load("/no/such/file").ok());
+}
+
+}  // namespace
+}  // namespace kimi::server

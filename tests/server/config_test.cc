@@ -1,0 +1,97 @@
+#include "server/config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "gtest/gtest.h"
+
+namespace kimi::server {
+namespace {
+
+std::string Message(const absl::Status& s) { return std::string(s.message()); }
+
+TEST(Config, UnknownAndMistypedKeysAreNamed) {
+  ServerConfig c;
+  absl::Status s = ApplyYaml("server:\n  lisen: 1.2.3.4:5\n", "c.yaml", &c);
+  EXPECT_NE(Message(s).find("unknown key \"server.lisen\""), std::string::npos) << s;
+  s = ApplyYaml("bogus:\n  x: 1\n", "c.yaml", &c);
+  EXPECT_NE(Message(s).find("bogus.x"), std::string::npos) << s;
+  s = ApplyYaml("batching:\n  token_budget: lots\n", "c.yaml", &c);
+  EXPECT_NE(Message(s).find("batching.token_budget"), std::string::npos) << s;
+  s = ApplyYaml("logging:\n  log_prompts: maybe\n", "c.yaml", &c);
+  EXPECT_NE(Message(s).find("logging.log_prompts"), std::string::npos) << s;
+  s = ApplyYaml("server: [1, 2]\n", "c.yaml", &c);
+  EXPECT_FALSE(s.ok());
+  s = ApplyYaml("server:\n  listen: [1]\n", "c.yaml", &c);
+  EXPECT_NE(Message(s).find("server.listen must be a scalar"), std::string::npos) << s;
+  s = ApplyYaml("{unclosed", "c.yaml", &c);
+  EXPECT_NE(Message(s).find("not valid YAML"), std::string::npos) << s;
+}
+
+TEST(Config, FlagsOverrideTheFile) {
+  const std::string path = ::testing::TempDir() + "/kimi-config.yaml";
+  std::ofstream(path) << "model:\n  path: /m/k3\nbatching:\n  token_budget: 1024\n"
+                         "server:\n  listen: 127.0.0.1:6000\n";
+  const char* argv[] = {"kimi-server", "--config", path.c_str(), "--listen", "127.0.0.1:7000",
+                        "--batching.max_running=3"};
+  bool help = false;
+  auto c = ParseCommandLine(6, const_cast<char**>(argv), &help);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model_path, "/m/k3");
+  EXPECT_EQ(c->model_name, "k3");
+  EXPECT_EQ(c->token_budget, 1024);
+  EXPECT_EQ(c->listen, "127.0.0.1:7000");
+  EXPECT_EQ(c->max_running, 3);
+  EXPECT_TRUE(Validate(*c).ok()) << Validate(*c);
+
+  const char* bad[] = {"kimi-server", "--model", "/m", "--no-such-flag", "1"};
+  auto e = ParseCommandLine(5, const_cast<char**>(bad), &help);
+  EXPECT_NE(Message(e.status()).find("unknown flag --no-such-flag"), std::string::npos);
+  const char* h[] = {"kimi-server", "--help"};
+  ASSERT_TRUE(ParseCommandLine(2, const_cast<char**>(h), &help).ok());
+  EXPECT_TRUE(help);
+  EXPECT_NE(HelpText().find("--metrics-listen"), std::string::npos);
+  EXPECT_NE(HelpText().find("batching.prefix_interval"), std::string::npos);
+}
+
+TEST(Config, ValidationNamesTheKey) {
+  ServerConfig c;
+  c.model_path = "/m";
+  EXPECT_TRUE(Validate(c).ok());
+  auto key_of = [](ServerConfig x) { return Message(Validate(x)); };
+  ServerConfig x = c;
+  x.listen = "nowhere";
+  EXPECT_NE(key_of(x).find("server.listen"), std::string::npos);
+  x = c;
+  x.prefix_interval = 100;
+  EXPECT_NE(key_of(x).find("batching.prefix_interval"), std::string::npos);
+  x = c;
+  x.preemption = "drop";
+  EXPECT_NE(key_of(x).find("batching.preemption"), std::string::npos);
+  x = c;
+  x.tls_cert_file = "a.pem";
+  EXPECT_NE(key_of(x).find("tls"), std::string::npos);
+  x = c;
+  x.activation_dtype = "bf16";
+  EXPECT_NE(key_of(x).find("model.activation_dtype"), std::string::npos);
+  x = c;
+  x.model_path.clear();
+  EXPECT_NE(key_of(x).find("model.path"), std::string::npos);
+}
+
+// deploy/config/example.yaml is complete (every key, its default) and loads.
+TEST(Config, ExampleFileIsCompleteAndValid) {
+  const char* src = std::getenv("KIMI_SOURCE_DIR");
+  std::ifstream in(std::string(src ? src : ".") + "/deploy/config/example.yaml");
+  ASSERT_TRUE(in) << "deploy/config/example.yaml missing";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(ss.str(), ExampleYaml()) << "regenerate: build/bin/kimi-server --print-example-config "
+                                        "> deploy/config/example.yaml";
+  ServerConfig c;
+  ASSERT_TRUE(ApplyYaml(ss.str(), "example.yaml", &c).ok());
+  EXPECT_TRUE(Validate(c).ok()) << Validate(c);
+}
+
+}  // namespace
+}  // namespace kimi::server

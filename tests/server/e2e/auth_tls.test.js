@@ -1,0 +1,87 @@
+// API keys (UNAUTHENTICATED without the right one), TLS, and mutual TLS, with certificates made by
+// openssl at test time.
+'use strict';
+const assert = require('assert');
+const fs = require('fs');
+const path = require('path');
+const h = require('./harness');
+
+function makeCerts(dir) {
+  const ssl = (...args) => h.execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
+  const san = path.join(dir, 'san.cnf');
+  fs.writeFileSync(san, 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
+  ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem',
+      '-days', '2', '-subj', '/CN=kimi-test-ca');
+  for (const who of ['server', 'client']) {
+    ssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', `${who}.key`, '-out', `${who}.csr`,
+        '-subj', `/CN=kimi-test-${who}`);
+    ssl('x509', '-req', '-in', `${who}.csr`, '-CA', 'ca.pem', '-CAkey', 'ca.key',
+        '-CAcreateserial', '-out', `${who}.pem`, '-days', '2', '-extfile', san);
+  }
+  // A second CA, not trusted by the server, for a rogue client certificate.
+  ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'rogue.key', '-out', 'rogue.pem',
+      '-days', '2', '-subj', '/CN=rogue');
+  const read = (f) => fs.readFileSync(path.join(dir, f));
+  return { dir, ca: read('ca.pem'), cert: read('client.pem'), key: read('client.key'),
+           rogueCert: read('rogue.pem'), rogueKey: read('rogue.key') };
+}
+
+const bearer = (key) => {
+  const md = new h.grpc.Metadata();
+  md.set('authorization', `Bearer ${key}`);
+  return md;
+};
+
+(async () => {
+  const dir = h.tmpdir('kimi-tls-');
+  const certs = makeCerts(dir);
+  fs.writeFileSync(path.join(dir, 'keys.txt'), '# keys\nsk-test-one\nsk-test-two\n');
+  const tls = ['--tls-cert', path.join(dir, 'server.pem'), '--tls-key', path.join(dir, 'server.key')];
+  const req = { text: 'secure', max_tokens: 3, sampling: { temperature: 0 } };
+
+  await h.run([
+    ['API keys: missing or wrong is UNAUTHENTICATED, right is served', async () => {
+      const server = await h.startServer(['--api-keys-file', path.join(dir, 'keys.txt')]);
+      const c = h.client(server);
+      const none = await h.generate(c, req);
+      assert.strictEqual(none.error.code, h.grpc.status.UNAUTHENTICATED);
+      const wrong = await h.generate(c, req, bearer('sk-nope'));
+      assert.strictEqual(wrong.error.code, h.grpc.status.UNAUTHENTICATED);
+      const info = await h.unary(c, 'GetModelInfo', {});
+      assert.strictEqual(info.err.code, h.grpc.status.UNAUTHENTICATED);
+      const right = await h.generate(c, req, bearer('sk-test-two'));
+      assert.strictEqual(right.status.code, 0, right.status.details);
+      // Health stays open for probes.
+      const hc = await h.unary(h.healthClient(server), 'Check', { service: '' });
+      assert.strictEqual(hc.res.status, 'SERVING');
+      const text = await h.scrape(server);
+      assert.strictEqual(h.metric(text, 'kimi_auth_failures_total'), 3);
+      await server.stop();
+    }],
+    ['TLS: a client trusting the CA is served; plaintext is refused', async () => {
+      const server = await h.startServer(tls);
+      const creds = h.grpc.credentials.createSsl(certs.ca);
+      const r = await h.generate(h.client(server, creds), req);
+      assert.strictEqual(r.status.code, 0, r.status.details);
+      const plain = await h.generate(h.client(server), req, new h.grpc.Metadata(),
+                                     { deadline: Date.now() + 3000 });
+      assert.ok(plain.error, 'plaintext must not reach a TLS server');
+      await server.stop();
+    }],
+    ['mutual TLS: only clients with a certificate from the CA', async () => {
+      const server = await h.startServer([...tls, '--tls-client-ca', path.join(dir, 'ca.pem')]);
+      const good = h.grpc.credentials.createSsl(certs.ca, certs.key, certs.cert);
+      const r = await h.generate(h.client(server, good), req);
+      assert.strictEqual(r.status.code, 0, r.status.details);
+      for (const [name, creds] of [
+        ['no client certificate', h.grpc.credentials.createSsl(certs.ca)],
+        ['untrusted client certificate',
+         h.grpc.credentials.createSsl(certs.ca, certs.rogueKey, certs.rogueCert)]]) {
+        const bad = await h.generate(h.client(server, creds), req, new h.grpc.Metadata(),
+                                     { deadline: Date.now() + 3000 });
+        assert.ok(bad.error, `${name} was served`);
+      }
+      await server.stop();
+    }],
+  ]);
+})().catch((e) => { console.error(e); process.exit(1); });

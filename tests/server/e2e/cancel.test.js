@@ -1,0 +1,53 @@
+// A client cancel or an expired deadline stops the request within a step and frees its state;
+// the metrics count both.
+'use strict';
+const assert = require('assert');
+const h = require('./harness');
+
+(async () => {
+  const server = await h.startServer();
+  const c = h.client(server);
+  const slotsUsed = async () => h.metric(await h.scrape(server), 'kimi_kda_state_slots{state="used"}');
+  await h.run([
+    ['cancel mid-stream frees the slot and is counted', async () => {
+      const before = h.metric(await h.scrape(server),
+                              'kimi_request_cancellations_total{reason="client_cancel"}');
+      const call = c.Generate({ text: 'long', max_tokens: 4000, ignore_eos: true });
+      let received = 0;
+      await new Promise((resolve) => {
+        call.on('data', () => { if (++received === 5) call.cancel(); });
+        call.on('error', (e) => { assert.strictEqual(e.code, h.grpc.status.CANCELLED); resolve(); });
+        call.on('end', resolve);
+      });
+      assert.ok(received >= 5 && received < 4000);
+      await h.waitFor(async () => (await slotsUsed()) === 0, 5000, 'slot to be freed');
+      await h.waitFor(async () => h.metric(await h.scrape(server),
+        'kimi_request_cancellations_total{reason="client_cancel"}') === before + 1, 5000,
+      'cancellation metric');
+      const text = await h.scrape(server);
+      assert.strictEqual(h.metric(text, 'kimi_mla_kv_pages{state="used"}'), 0);
+    }],
+    ['an expired deadline ends the stream with DEADLINE_EXCEEDED', async () => {
+      const r = await h.generate(c, { text: 'deadline', max_tokens: 4000, ignore_eos: true },
+                                 new h.grpc.Metadata(), { deadline: Date.now() + 300 });
+      assert.ok(r.error, 'the stream should not finish 4000 tokens in 300 ms');
+      assert.strictEqual(r.error.code, h.grpc.status.DEADLINE_EXCEEDED);
+      await h.waitFor(async () => (await slotsUsed()) === 0, 5000, 'slot to be freed');
+      const text = await h.scrape(server);
+      assert.ok(h.metric(text, 'kimi_request_cancellations_total{reason="deadline"}') +
+                h.metric(text, 'kimi_requests_total{finish_reason="cancelled"}') >= 1);
+    }],
+    ['a cancelled request does not disturb the others', async () => {
+      const keep = h.generate(c, { text: 'keep', max_tokens: 40, ignore_eos: true,
+                                   sampling: { temperature: 0 } });
+      const call = c.Generate({ text: 'drop', max_tokens: 4000, ignore_eos: true });
+      call.on('data', () => call.cancel());
+      call.on('error', () => {});
+      const r = await keep;
+      const solo = await h.generate(c, { text: 'keep', max_tokens: 40, ignore_eos: true,
+                                         sampling: { temperature: 0 } });
+      assert.deepStrictEqual(r.tokens, solo.tokens);
+    }],
+  ]);
+  await server.stop();
+})().catch((e) => { console.error(e); process.exit(1); });
