@@ -14,6 +14,7 @@ KIMI_PACKAGES=(
   prometheus-cpp-dev libyaml-cpp-dev libspdlog-dev
   python3 python3-numpy python3-torch
   libpcre2-dev nodejs npm
+  libssl-dev openssl prometheus
 )
 
 kimi_log() { printf '[kimi] %s\n' "$*" >&2; }

@@ -156,7 +156,8 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& liste
                                                         const std::string& model_name) {
   std::unique_ptr<Metrics> m(new Metrics);
   try {  // prometheus-cpp (CivetWeb) reports bind failures by exception
-    m->impl_->exposer = std::make_unique<p::Exposer>(listen, /*num_threads=*/1);
+    // Several threads: a scraper holding a keep-alive connection must not block the others.
+    m->impl_->exposer = std::make_unique<p::Exposer>(listen, /*num_threads=*/4);
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ", listen, ": ",
                                                e.what()));

@@ -43,7 +43,7 @@ TEST(Metrics, DashboardQueriesExist) {
   ASSERT_TRUE(m.ok());
   const std::string scrape = (*m)->Scrape();
   std::set<std::string> names;
-  const std::regex word("kimi_[a-z_]+");
+  const std::regex word("kimi_[a-z0-9_]+");
   for (auto it = std::sregex_iterator(dash.begin(), dash.end(), word); it != std::sregex_iterator();
        ++it) {
     names.insert(it->str());

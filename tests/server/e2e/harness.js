@@ -112,7 +112,7 @@ function unary(c, method, request, metadata = new grpc.Metadata()) {
 
 function scrape(server) {
   return new Promise((resolve, reject) => {
-    http.get(`http://127.0.0.1:${server.metricsPort}/metrics`, (res) => {
+    http.get(`http://127.0.0.1:${server.metricsPort}/metrics`, { agent: false }, (res) => {
       let body = '';
       res.on('data', (d) => { body += d; });
       res.on('end', () => resolve(body));

@@ -39,7 +39,7 @@ const h = require('./harness');
     }],
     ['every series the dashboard queries exists', async () => {
       const dash = fs.readFileSync(path.join(h.root, 'deploy/grafana/kimi-serve.json'), 'utf8');
-      const names = new Set(dash.match(/kimi_[a-z_]+/g));
+      const names = new Set(dash.match(/kimi_[a-z0-9_]+/g));
       assert.ok(names.size > 10);
       for (const n of names) {
         assert.ok(new RegExp(`^${n}[ {]`, 'm').test(text), `${n} is queried but not exported`);
