@@ -1,0 +1,188 @@
+// kimi-loadtest: open-loop Poisson load against a kimi-server, at one rate or a sweep of rates.
+// Reports throughput (requests/s, tokens/s), TTFT, TPOT, ITL and end-to-end latency at p50/p90/p99,
+// goodput under an SLO and errors by status, as a table, JSON and plot-ready CSV.
+#include <grpcpp/grpcpp.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "loadtest/runner.h"
+#include "nlohmann/json.hpp"
+
+ABSL_FLAG(std::string, target, "127.0.0.1:50051", "kimi-server gRPC address");
+ABSL_FLAG(std::string, rates, "1", "offered request rates per second, comma-separated (a sweep)");
+ABSL_FLAG(double, duration, 30.0, "seconds of arrivals per rate");
+ABSL_FLAG(int64_t, requests, 200, "at most this many requests per rate");
+ABSL_FLAG(double, warmup, 2.0, "seconds of warm-up load before the first rate (not counted)");
+ABSL_FLAG(int64_t, concurrency, 256, "requests in flight at most; later arrivals wait (and count)");
+ABSL_FLAG(std::string, prompt_len, "uniform:32:256", "prompt tokens: fixed:N or uniform:A:B");
+ABSL_FLAG(std::string, output_len, "uniform:16:128", "output tokens: fixed:N or uniform:A:B");
+ABSL_FLAG(std::string, jsonl, "",
+          "requests from a JSONL file ({\"prompt\": ..., \"max_tokens\": N} or "
+          "{\"prompt_tokens\": N, \"output_tokens\": M} per line), cycled");
+ABSL_FLAG(double, slo_ttft, 1.0, "goodput SLO: time to first token, seconds");
+ABSL_FLAG(double, slo_tpot, 0.1, "goodput SLO: time per output token, seconds");
+ABSL_FLAG(std::string, json, "", "write the results as JSON to this file ('-' for stdout)");
+ABSL_FLAG(std::string, csv, "", "write one CSV row per rate to this file");
+ABSL_FLAG(uint64_t, seed, 1, "workload seed");
+ABSL_FLAG(std::string, api_key, "", "sent as 'authorization: Bearer KEY'");
+ABSL_FLAG(double, temperature, 0.0, "sampling temperature");
+
+namespace kimi::loadtest {
+namespace {
+
+nlohmann::ordered_json ToJson(const Percentiles& p) {
+  return {{"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}, {"mean", p.mean}};
+}
+
+nlohmann::ordered_json ToJson(const LevelSummary& s) {
+  nlohmann::ordered_json j;
+  j["rate"] = s.rate;
+  j["seconds"] = s.seconds;
+  j["requests"] = s.requests;
+  j["succeeded"] = s.succeeded;
+  j["requests_per_s"] = s.requests_per_s;
+  j["output_tokens_per_s"] = s.output_tokens_per_s;
+  j["total_tokens_per_s"] = s.total_tokens_per_s;
+  j["ttft_s"] = ToJson(s.ttft);
+  j["tpot_s"] = ToJson(s.tpot);
+  j["itl_s"] = ToJson(s.itl);
+  j["e2e_s"] = ToJson(s.e2e);
+  j["goodput_requests_per_s"] = s.goodput;
+  j["good_fraction"] = s.good_fraction;
+  j["errors"] = s.errors;
+  return j;
+}
+
+int Fail(const std::string& m) {
+  std::fprintf(stderr, "kimi-loadtest: %s\n", m.c_str());
+  return 2;
+}
+
+int Main() {
+  std::vector<double> rates;
+  for (absl::string_view r : absl::StrSplit(absl::GetFlag(FLAGS_rates), ',', absl::SkipEmpty())) {
+    double v;
+    if (!absl::SimpleAtod(r, &v) || v <= 0) return Fail("--rates: positive numbers, e.g. 1,2,4");
+    rates.push_back(v);
+  }
+  if (rates.empty()) return Fail("--rates: at least one rate");
+  std::vector<RequestShape> shapes;
+  if (!absl::GetFlag(FLAGS_jsonl).empty()) {
+    auto s = ReadJsonl(absl::GetFlag(FLAGS_jsonl));
+    if (!s.ok()) return Fail(std::string(s.status().message()));
+    shapes = std::move(*s);
+  } else {
+    auto p = ParseLengthDist(absl::GetFlag(FLAGS_prompt_len), "prompt_len");
+    auto o = ParseLengthDist(absl::GetFlag(FLAGS_output_len), "output_len");
+    if (!p.ok()) return Fail(std::string(p.status().message()));
+    if (!o.ok()) return Fail(std::string(o.status().message()));
+    std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
+    for (int i = 0; i < 4096; ++i) shapes.push_back({"", p->Draw(rng), o->Draw(rng)});
+  }
+  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
+  auto stub = v1::Generation::NewStub(channel);
+  RunOptions o;
+  o.concurrency = absl::GetFlag(FLAGS_concurrency);
+  o.api_key = absl::GetFlag(FLAGS_api_key);
+  o.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
+  {
+    grpc::ClientContext ctx;
+    if (!o.api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + o.api_key);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::ModelInfo info;
+    const grpc::Status s = stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
+    if (!s.ok()) return Fail("cannot reach " + absl::GetFlag(FLAGS_target) + ": " + s.error_message());
+    o.vocab = info.vocab_size() - 256;  // base ranks only: no special tokens in random prompts
+    std::fprintf(stderr, "target %s: %s (%s), vocabulary %u\n", absl::GetFlag(FLAGS_target).c_str(),
+                 info.model_name().c_str(), info.model_type().c_str(), info.vocab_size());
+  }
+  const uint64_t seed = absl::GetFlag(FLAGS_seed);
+  if (absl::GetFlag(FLAGS_warmup) > 0) {
+    std::mt19937_64 rng(seed ^ 0x5eed);
+    auto arrivals = PoissonArrivals(rates[0], absl::GetFlag(FLAGS_warmup), 1 << 20, rng);
+    RunLevel(stub.get(), arrivals, shapes, o, seed ^ 0x5eed);
+  }
+  std::vector<LevelSummary> levels;
+  std::printf("%8s %8s %9s | %24s | %24s | %16s | %24s | %8s %s\n", "rate", "req/s", "out tok/s",
+              "TTFT p50/p90/p99 (s)", "TPOT p50/p90/p99 (s)", "ITL p50/p99 (s)",
+              "e2e p50/p90/p99 (s)", "goodput", "errors");
+  for (double rate : rates) {
+    std::mt19937_64 rng(seed + static_cast<uint64_t>(rate * 1000));
+    auto arrivals = PoissonArrivals(rate, absl::GetFlag(FLAGS_duration),
+                                    absl::GetFlag(FLAGS_requests), rng);
+    if (arrivals.empty()) continue;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto results = RunLevel(stub.get(), arrivals, shapes, o, seed);
+    const double span = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    LevelSummary s = Summarise(results, rate, span, absl::GetFlag(FLAGS_slo_ttft),
+                               absl::GetFlag(FLAGS_slo_tpot));
+    std::string errors;
+    for (const auto& [k, v] : s.errors) errors += absl::StrFormat("%s=%d ", k, v);
+    std::printf("%8.2f %8.2f %9.1f | %7.3f %7.3f %8.3f | %7.4f %7.4f %8.4f | %7.4f %8.4f | %7.3f "
+                "%7.3f %8.3f | %8.2f %s\n",
+                rate, s.requests_per_s, s.output_tokens_per_s, s.ttft.p50, s.ttft.p90, s.ttft.p99,
+                s.tpot.p50, s.tpot.p90, s.tpot.p99, s.itl.p50, s.itl.p99, s.e2e.p50, s.e2e.p90,
+                s.e2e.p99, s.goodput, errors.empty() ? "-" : errors.c_str());
+    std::fflush(stdout);
+    levels.push_back(s);
+  }
+  // The knee: the highest offered rate at which at least 90% of requests still meet the SLO.
+  double knee = 0.0;
+  for (const LevelSummary& s : levels) {
+    if (s.good_fraction >= 0.9) knee = std::max(knee, s.rate);
+  }
+  if (levels.size() > 1) {
+    std::printf("knee: %s\n", knee > 0 ? absl::StrFormat("%.2f req/s (>= 90%% of requests meet "
+                                                         "TTFT <= %.2fs and TPOT <= %.3fs)",
+                                                         knee, absl::GetFlag(FLAGS_slo_ttft),
+                                                         absl::GetFlag(FLAGS_slo_tpot))
+                                               .c_str()
+                                         : "below the lowest rate");
+  }
+  if (!absl::GetFlag(FLAGS_json).empty()) {
+    nlohmann::ordered_json j;
+    j["target"] = absl::GetFlag(FLAGS_target);
+    j["slo"] = {{"ttft_s", absl::GetFlag(FLAGS_slo_ttft)}, {"tpot_s", absl::GetFlag(FLAGS_slo_tpot)}};
+    j["levels"] = nlohmann::ordered_json::array();
+    for (const auto& s : levels) j["levels"].push_back(ToJson(s));
+    j["knee_rate"] = knee;
+    if (absl::GetFlag(FLAGS_json) == "-") {
+      std::cout << j.dump(2) << "\n";
+    } else {
+      std::ofstream(absl::GetFlag(FLAGS_json)) << j.dump(2) << "\n";
+    }
+  }
+  if (!absl::GetFlag(FLAGS_csv).empty()) {
+    std::ofstream csv(absl::GetFlag(FLAGS_csv));
+    csv << "rate,requests_per_s,output_tokens_per_s,ttft_p50,ttft_p90,ttft_p99,tpot_p50,tpot_p90,"
+           "tpot_p99,itl_p50,itl_p99,e2e_p50,e2e_p90,e2e_p99,goodput,errors\n";
+    for (const auto& s : levels) {
+      int64_t errors = 0;
+      for (const auto& [k, v] : s.errors) errors += v;
+      csv << absl::StrFormat("%g,%g,%g,%g,%g,%g,%g,%g,%g,%g,%g,%g,%g,%g,%g,%d\n", s.rate,
+                             s.requests_per_s, s.output_tokens_per_s, s.ttft.p50, s.ttft.p90,
+                             s.ttft.p99, s.tpot.p50, s.tpot.p90, s.tpot.p99, s.itl.p50, s.itl.p99,
+                             s.e2e.p50, s.e2e.p90, s.e2e.p99, s.goodput, errors);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kimi::loadtest
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Open-loop Poisson load against kimi-server.\n  kimi-loadtest --target 127.0.0.1:50051 "
+      "--rates 1,2,4,8 --duration 30 [--json out.json] [--csv out.csv]");
+  absl::ParseCommandLine(argc, argv);
+  return kimi::loadtest::Main();
+}

@@ -1,0 +1,36 @@
+// kimi-loadtest against a live kimi-server: a two-rate sweep produces a table, JSON and CSV with
+// sane figures and no errors.
+'use strict';
+const assert = require('assert');
+const fs = require('fs');
+const path = require('path');
+const h = require('../server/e2e/harness');
+
+(async () => {
+  const server = await h.startServer(['--memory.kv_cache_mib', '128']);
+  const dir = h.tmpdir('kimi-loadtest-');
+  await h.run([
+    ['a two-rate sweep', async () => {
+      const json = path.join(dir, 'out.json');
+      const csv = path.join(dir, 'out.csv');
+      const out = h.execFileSync(path.join(h.build, 'bin/kimi-loadtest'), [
+        '--target', server.address(), '--rates', '2,4', '--duration', '3', '--requests', '12',
+        '--warmup', '0.5', '--prompt_len', 'uniform:8:64', '--output_len', 'fixed:8',
+        '--json', json, '--csv', csv], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+      assert.ok(out.includes('TTFT p50/p90/p99'), out);
+      const r = JSON.parse(fs.readFileSync(json, 'utf8'));
+      assert.strictEqual(r.levels.length, 2);
+      for (const l of r.levels) {
+        assert.ok(l.requests > 0 && l.succeeded === l.requests, JSON.stringify(l));
+        assert.deepStrictEqual(l.errors, {});
+        assert.ok(l.output_tokens_per_s > 0);
+        assert.ok(l.ttft_s.p50 > 0 && l.ttft_s.p50 <= l.ttft_s.p90 && l.ttft_s.p90 <= l.ttft_s.p99);
+        assert.ok(l.e2e_s.p50 >= l.ttft_s.p50);
+      }
+      const lines = fs.readFileSync(csv, 'utf8').trim().split('\n');
+      assert.strictEqual(lines.length, 3);
+      assert.ok(lines[0].startsWith('rate,requests_per_s'));
+    }],
+  ]);
+  await server.stop();
+})().catch((e) => { console.error(e); process.exit(1); });
