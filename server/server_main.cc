@@ -178,6 +178,10 @@ int Run(int argc, char** argv) {
   std::atomic<int> load_result{-1};
   std::thread loader([&] {
     const auto t0 = std::chrono::steady_clock::now();
+    // Test hook: stretch the loading window so tests can see UNAVAILABLE and NOT_SERVING.
+    if (const char* delay = std::getenv("KIMI_TEST_LOAD_DELAY_MS")) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)));
+    }
     Model::Options opts;
     opts.log = [](const std::string& line) { spdlog::info("load: {}", line); };
     auto model = Model::Load(c.model_path, opts);

@@ -75,6 +75,24 @@ const h = require('./harness');
                   `every request either finishes or is refused: ${codes}`);
       }
     }],
+    ['a request over server.max_request_bytes is refused', async () => {
+      const r = await h.generate(c, { text: 'x'.repeat(5 << 20), max_tokens: 1 });
+      assert.ok(r.error);
+      assert.strictEqual(r.error.code, h.grpc.status.RESOURCE_EXHAUSTED, r.error.message);
+    }],
+    ['while the model loads: NOT_SERVING and UNAVAILABLE', async () => {
+      const loading = await h.startServer([], { waitServing: false,
+                                                env: { KIMI_TEST_LOAD_DELAY_MS: '1500' } });
+      const r = await h.generate(h.client(loading), ok);
+      assert.strictEqual(r.error && r.error.code, h.grpc.status.UNAVAILABLE);
+      assert.ok(r.error.details.includes('loading'), r.error.details);
+      const hc = await h.unary(h.healthClient(loading), 'Check', { service: '' });
+      assert.strictEqual(hc.res.status, 'NOT_SERVING');
+      await h.waitFor(() => loading.log.includes('SERVING '), 20000, 'SERVING');
+      const later = await h.generate(h.client(loading), ok);
+      assert.strictEqual(later.status.code, 0, later.status.details);
+      await loading.stop();
+    }],
     ['the server still serves', async () => {
       const r = await h.generate(c, ok);
       assert.strictEqual(r.status.code, 0, r.status.details);
