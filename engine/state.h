@@ -65,6 +65,7 @@ class MlaKvCache {
 
   int64_t num_pages() const { return num_pages_; }
   int64_t page_size() const { return page_size_; }
+  int64_t layers() const { return layers_; }
   int64_t width() const { return width_; }
   static int64_t BytesPerToken(const ModelConfig& config);
   // [num_pages, page_size, width] of one MLA layer.

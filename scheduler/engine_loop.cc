@@ -17,11 +17,13 @@ EngineLoop::EngineLoop(const Model& model, LoopConfig config)
       engine_(model),
       kda_(model.config(), config_.scheduler.max_running),
       kv_(model.config(), config_.scheduler.num_pages, config_.scheduler.page_size),
-      state_{&kda_, &kv_} {
+      state_{&kda_, &kv_},
+      store_(&kda_, &kv_),
+      sink_(&store_) {
   // The loop bounds the queue at Submit (where the caller can be told); the scheduler need not.
   SchedulerConfig sc = config_.scheduler;
   sc.max_waiting = std::numeric_limits<int64_t>::max();
-  scheduler_ = std::make_unique<Scheduler>(model.config(), sc, state_);
+  scheduler_ = std::make_unique<Scheduler>(model.config(), sc, state_, &sink_);
   concurrency_ = scheduler_->Concurrency();
   stats_ = scheduler_->Stats();
 }

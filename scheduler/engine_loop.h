@@ -102,6 +102,8 @@ class EngineLoop {
   KdaStatePool kda_;
   MlaKvCache kv_;
   EngineState state_;
+  StateStore store_;
+  LocalStateSink sink_;
   std::unique_ptr<Scheduler> scheduler_;
   int64_t concurrency_ = 0;
   std::map<std::string, Live> live_;  // engine thread only

@@ -5,12 +5,14 @@
 namespace kimi::sched {
 
 PrefixCache::PrefixCache(int64_t interval, int64_t page_size, int64_t max_bytes,
-                         int64_t snapshot_floats, PageAllocator* pages)
+                         int64_t snapshot_bytes, PageAllocator* pages,
+                         std::function<void(int64_t)> drop)
     : interval_(interval),
       page_size_(page_size),
       max_bytes_(max_bytes),
-      snapshot_floats_(snapshot_floats),
-      pages_(pages) {}
+      snapshot_bytes_(snapshot_bytes),
+      pages_(pages),
+      drop_(std::move(drop)) {}
 
 PrefixCache::~PrefixCache() {
   while (!lru_.empty()) EvictOldest();
@@ -38,7 +40,7 @@ PrefixCache::Hit PrefixCache::Lookup(std::span<const int32_t> tokens, int64_t li
     if (it == index_.end()) continue;
     const Entry& e = *it->second;
     if (!std::equal(e.tokens.begin(), e.tokens.end(), tokens.begin())) continue;  // collision
-    best = Hit{end, &e.snapshot, e.pages};
+    best = Hit{end, e.handle, e.pages};
     lru_.splice(lru_.begin(), lru_, it->second);
   }
   if (best.tokens > 0) {
@@ -48,33 +50,38 @@ PrefixCache::Hit PrefixCache::Lookup(std::span<const int32_t> tokens, int64_t li
   return best;
 }
 
-bool PrefixCache::Contains(std::span<const int32_t> tokens) const {
+uint64_t PrefixCache::KeyOf(std::span<const int32_t> tokens) const {
   uint64_t key = 0;
   for (size_t end = interval_; end <= tokens.size(); end += interval_) {
     key = ChainKey(key, tokens.subspan(end - interval_, interval_));
   }
-  return index_.count(key) > 0;
+  return key;
 }
 
-void PrefixCache::Insert(std::span<const int32_t> tokens, std::span<const float> snapshot,
+bool PrefixCache::Contains(std::span<const int32_t> tokens) const {
+  return index_.count(KeyOf(tokens)) > 0;
+}
+
+bool PrefixCache::Wants(std::span<const int32_t> tokens) const {
+  return !tokens.empty() && tokens.size() % interval_ == 0 && snapshot_bytes_ <= max_bytes_ &&
+         !Contains(tokens);
+}
+
+void PrefixCache::Insert(std::span<const int32_t> tokens, int64_t handle,
                          std::span<const int32_t> pages) {
-  if (tokens.empty() || tokens.size() % interval_ != 0) return;
-  const int64_t bytes = static_cast<int64_t>(snapshot.size() * sizeof(float));
-  if (bytes > max_bytes_) return;
-  uint64_t key = 0;
-  for (size_t end = interval_; end <= tokens.size(); end += interval_) {
-    key = ChainKey(key, tokens.subspan(end - interval_, interval_));
+  if (!Wants(tokens)) {
+    drop_(handle);
+    return;
   }
-  if (index_.count(key)) return;
-  while (bytes_ + bytes > max_bytes_ && !lru_.empty()) EvictOldest();
-  Entry e{key, std::vector<int32_t>(tokens.begin(), tokens.end()),
-          std::vector<float>(snapshot.begin(), snapshot.end()), {}};
+  const uint64_t key = KeyOf(tokens);
+  while (bytes_ + snapshot_bytes_ > max_bytes_ && !lru_.empty()) EvictOldest();
+  Entry e{key, std::vector<int32_t>(tokens.begin(), tokens.end()), handle, {}};
   const int64_t n_pages = static_cast<int64_t>(tokens.size()) / page_size_;
   for (int64_t i = 0; i < n_pages; ++i) {
     pages_->Ref(pages[i]);
     e.pages.push_back(pages[i]);
   }
-  bytes_ += bytes;
+  bytes_ += snapshot_bytes_;
   lru_.push_front(std::move(e));
   index_[key] = lru_.begin();
 }
@@ -82,7 +89,8 @@ void PrefixCache::Insert(std::span<const int32_t> tokens, std::span<const float>
 void PrefixCache::EvictOldest() {
   Entry& e = lru_.back();
   for (int32_t p : e.pages) pages_->Unref(p);
-  bytes_ -= static_cast<int64_t>(e.snapshot.size() * sizeof(float));
+  drop_(e.handle);
+  bytes_ -= snapshot_bytes_;
   index_.erase(e.key);
   lru_.pop_back();
 }

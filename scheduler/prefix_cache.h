@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <span>
 #include <unordered_map>
@@ -18,21 +19,26 @@ namespace kimi::sched {
 
 class PrefixCache {
  public:
-  // interval: tokens between snapshots (a multiple of page_size). max_bytes: snapshot memory.
-  PrefixCache(int64_t interval, int64_t page_size, int64_t max_bytes, int64_t snapshot_floats,
-              PageAllocator* pages);
+  // interval: tokens between snapshots (a multiple of page_size). max_bytes: snapshot memory,
+  // snapshot_bytes the size of one. Snapshots are host copies named by handles; `drop` frees one
+  // (the cache owns the handles it was given).
+  PrefixCache(int64_t interval, int64_t page_size, int64_t max_bytes, int64_t snapshot_bytes,
+              PageAllocator* pages, std::function<void(int64_t handle)> drop);
   ~PrefixCache();
 
   struct Hit {
     int64_t tokens = 0;  // prefix length restored
-    const std::vector<float>* snapshot = nullptr;
+    int64_t handle = -1;  // the KDA snapshot
     std::span<const int32_t> pages;  // pages covering [0, tokens)
   };
   // Deepest snapshot whose tokens equal tokens[0, n) with n <= limit. Counts a query.
   Hit Lookup(std::span<const int32_t> tokens, int64_t limit);
-  // Records the state after exactly tokens.size() tokens (a multiple of the interval).
-  void Insert(std::span<const int32_t> tokens, std::span<const float> snapshot,
-              std::span<const int32_t> pages);
+  // Whether a snapshot of these tokens would be kept (a multiple of the interval, not cached yet,
+  // fits the budget): ask before taking one.
+  bool Wants(std::span<const int32_t> tokens) const;
+  // Records the snapshot `handle` of the state after exactly tokens.size() tokens; the cache owns
+  // the handle from now on.
+  void Insert(std::span<const int32_t> tokens, int64_t handle, std::span<const int32_t> pages);
   bool Contains(std::span<const int32_t> tokens) const;
   // Drops least-recently-used entries until `pages_needed` pages are free or nothing is left to
   // drop; returns whether enough are free.
@@ -55,14 +61,17 @@ class PrefixCache {
   struct Entry {
     uint64_t key;
     std::vector<int32_t> tokens;
-    std::vector<float> snapshot;
+    int64_t handle;
     std::vector<int32_t> pages;
   };
   static uint64_t ChainKey(uint64_t prev, std::span<const int32_t> block);
   void EvictOldest();
 
-  int64_t interval_, page_size_, max_bytes_, snapshot_floats_;
+  uint64_t KeyOf(std::span<const int32_t> tokens) const;
+
+  int64_t interval_, page_size_, max_bytes_, snapshot_bytes_;
   PageAllocator* pages_;
+  std::function<void(int64_t)> drop_;
   std::list<Entry> lru_;  // front = most recently used
   std::unordered_map<uint64_t, std::list<Entry>::iterator> index_;
   int64_t bytes_ = 0, queries_ = 0, hits_ = 0, saved_tokens_ = 0;

@@ -52,9 +52,10 @@ struct Request {
   std::vector<int32_t> pages;
   bool cancel = false;
   std::string cancel_reason;
-  // Host copies while swapped out: the KDA slot, then every MLA layer's rows of each page.
-  std::vector<float> swap_kda;
-  std::vector<float> swap_kv;
+  // Snapshot handles while swapped out to host memory: the KDA slot and the KV pages.
+  int64_t swap_slot = -1;
+  int64_t swap_pages = -1;
+  int64_t swap_page_count = 0;
   int64_t preemptions = 0;
   int64_t cached_tokens = 0;  // prompt tokens restored from the prefix cache
 

@@ -76,23 +76,18 @@ void Scheduler::SwapOut(Request& r) {
     return;
   }
   if (std::holds_alternative<SwapToHost>(config_.preempt)) {
-    if (state_.kda) {
-      r.swap_kda.resize(state_.kda->SlotFloats());
-      state_.kda->SaveSlot(r.kda_slot, r.swap_kda.data());
-    }
-    if (state_.kv) {
-      const int64_t layers = model_.NumLayersOf(LayerKind::kMla);
-      const int64_t page_floats = config_.page_size * state_.kv->width();
-      r.swap_kv.resize(layers * r.pages.size() * page_floats);
-      float* out = r.swap_kv.data();
-      for (int64_t l = 0; l < layers; ++l) {
-        for (int32_t p : r.pages) {
-          out = std::copy_n(state_.kv->LayerPool(l) + p * page_floats, page_floats, out);
-        }
-      }
-    }
+    r.swap_slot = NewHandle();
+    ops_->Apply({StateOpKind::kSaveSlot, r.kda_slot, r.swap_slot, {}});
+    r.swap_pages = NewHandle();
+    r.swap_page_count = static_cast<int64_t>(r.pages.size());
+    ops_->Apply({StateOpKind::kSavePages, -1, r.swap_pages, r.pages});
     ++counters_.preempt_swap;
+    // Release() drops snapshots it finds: detach them first, they are what the swap keeps.
+    const int64_t slot_handle = r.swap_slot, pages_handle = r.swap_pages;
+    r.swap_slot = r.swap_pages = -1;
     Release(r);
+    r.swap_slot = slot_handle;
+    r.swap_pages = pages_handle;
     r.state = RequestState::kSwapped;
     swapped_.push_back(&r);
     std::sort(swapped_.begin(), swapped_.end(),
@@ -108,25 +103,16 @@ void Scheduler::SwapOut(Request& r) {
 }
 
 bool Scheduler::SwapIn(Request& r) {
-  const int64_t n_pages = (r.computed + config_.page_size - 1) / config_.page_size;
+  const int64_t n_pages = r.swap_page_count;
   if (slots_.free() == 0) return false;
   if (pages_.free() < n_pages && !(prefix_ && prefix_->FreePages(n_pages))) return false;
   r.kda_slot = *slots_.Acquire();
   for (int64_t i = 0; i < n_pages; ++i) r.pages.push_back(*pages_.Acquire());
-  if (state_.kda) state_.kda->LoadSlot(r.kda_slot, r.swap_kda.data());
-  if (state_.kv) {
-    const int64_t layers = model_.NumLayersOf(LayerKind::kMla);
-    const int64_t page_floats = config_.page_size * state_.kv->width();
-    const float* in = r.swap_kv.data();
-    for (int64_t l = 0; l < layers; ++l) {
-      for (int32_t p : r.pages) {
-        std::copy_n(in, page_floats, state_.kv->LayerPool(l) + p * page_floats);
-        in += page_floats;
-      }
-    }
-  }
-  r.swap_kda = {};
-  r.swap_kv = {};
+  ops_->Apply({StateOpKind::kLoadSlot, r.kda_slot, r.swap_slot, {}});
+  ops_->Apply({StateOpKind::kLoadPages, -1, r.swap_pages, r.pages});
+  ops_->Apply({StateOpKind::kDrop, -1, r.swap_slot, {}});
+  ops_->Apply({StateOpKind::kDrop, -1, r.swap_pages, {}});
+  r.swap_slot = r.swap_pages = -1;
   r.state = RequestState::kRunning;
   running_.push_back(&r);
   return true;
@@ -137,14 +123,14 @@ bool Scheduler::AdmitWaiting(Request& r) {
   if (slots_.free() == 0) return false;
   r.kda_slot = *slots_.Acquire();
   r.computed = 0;
-  if (state_.kda) state_.kda->Clear(r.kda_slot);
+  ops_->Apply({StateOpKind::kClearSlot, r.kda_slot, -1, {}});
   if (prefix_) {
     std::vector<int32_t> tokens(r.total());
     for (int64_t i = 0; i < r.total(); ++i) tokens[i] = r.token_at(i);
     // At least one token must run to produce logits.
     const PrefixCache::Hit hit = prefix_->Lookup(tokens, r.total() - 1);
     if (hit.tokens > 0) {
-      if (state_.kda) state_.kda->LoadSlot(r.kda_slot, hit.snapshot->data());
+      ops_->Apply({StateOpKind::kLoadSlot, r.kda_slot, hit.handle, {}});
       for (int32_t p : hit.pages) {
         pages_.Ref(p);
         r.pages.push_back(p);

@@ -24,10 +24,12 @@ const char* FinishReasonName(FinishReason r) {
   return "?";
 }
 
-Scheduler::Scheduler(const ModelConfig& model, const SchedulerConfig& config, EngineState state)
+Scheduler::Scheduler(const ModelConfig& model, const SchedulerConfig& config, EngineState state,
+                     StateOpSink* ops)
     : model_(model),
       config_(config),
       state_(state),
+      ops_(ops),
       slots_(std::min(config.max_running, state.kda ? state.kda->num_slots() : config.max_running)),
       pages_(std::min(config.num_pages, state.kv ? state.kv->num_pages() : config.num_pages)),
       token_budget_(config.token_budget) {
@@ -36,9 +38,11 @@ Scheduler::Scheduler(const ModelConfig& model, const SchedulerConfig& config, En
   if (config_.prefix_interval > 0) {
     assert(config_.prefix_interval % config_.chunk_grid == 0 &&
            config_.prefix_interval % config_.page_size == 0 && "validated by the caller");
-    prefix_ = std::make_unique<PrefixCache>(config_.prefix_interval, config_.page_size,
-                                            config_.prefix_cache_bytes,
-                                            state.kda ? state.kda->SlotFloats() : 0, &pages_);
+    const int64_t snapshot_bytes =
+        state.kda ? state.kda->SlotFloats() * static_cast<int64_t>(sizeof(float)) : 0;
+    prefix_ = std::make_unique<PrefixCache>(
+        config_.prefix_interval, config_.page_size, config_.prefix_cache_bytes, snapshot_bytes,
+        &pages_, [this](int64_t handle) { ops_->Apply({StateOpKind::kDrop, -1, handle, {}}); });
   }
 }
 
@@ -104,6 +108,10 @@ void Scheduler::Release(Request& r) {
   r.kda_slot = -1;
   for (int32_t p : r.pages) pages_.Unref(p);
   r.pages.clear();
+  for (int64_t* h : {&r.swap_slot, &r.swap_pages}) {
+    if (*h >= 0) ops_->Apply({StateOpKind::kDrop, -1, *h, {}});
+    *h = -1;
+  }
 }
 
 RequestEvent Scheduler::Finished(Request& r, FinishReason reason, const std::string& detail) {
@@ -153,6 +161,8 @@ SchedulerStats Scheduler::Stats() const {
     s.prefix_queries = prefix_->queries();
     s.prefix_hits = prefix_->hits();
     s.prefix_saved_tokens = prefix_->saved_tokens();
+    s.prefix_entries = prefix_->entries();
+    s.prefix_bytes = prefix_->bytes();
   }
   return s;
 }
@@ -242,10 +252,10 @@ void Scheduler::MaybeSnapshot(Request& r) {
   if (!prefix_ || !state_.kda || r.computed == 0 || r.computed % prefix_->interval() != 0) return;
   std::vector<int32_t> tokens(r.computed);
   for (int64_t i = 0; i < r.computed; ++i) tokens[i] = r.token_at(i);
-  if (prefix_->Contains(tokens)) return;
-  std::vector<float> snapshot(state_.kda->SlotFloats());
-  state_.kda->SaveSlot(r.kda_slot, snapshot.data());
-  prefix_->Insert(tokens, snapshot, r.pages);
+  if (!prefix_->Wants(tokens)) return;
+  const int64_t handle = NewHandle();
+  ops_->Apply({StateOpKind::kSaveSlot, r.kda_slot, handle, {}});
+  prefix_->Insert(tokens, handle, r.pages);
 }
 
 }  // namespace kimi::sched

@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "engine/engine.h"
+#include "engine/state_store.h"
 #include "scheduler/allocators.h"
 #include "scheduler/prefix_cache.h"
 #include "scheduler/request.h"
@@ -71,12 +72,15 @@ struct SchedulerStats {
   int64_t attn_res_bytes_used = 0, attn_res_bytes_total = 0;  // this step's AttnRes cache
   int64_t preempt_swap = 0, preempt_recompute = 0;
   int64_t prefix_queries = 0, prefix_hits = 0, prefix_saved_tokens = 0;
+  int64_t prefix_entries = 0, prefix_bytes = 0;
   int64_t finished = 0;
 };
 
 class Scheduler {
  public:
-  Scheduler(const ModelConfig& model, const SchedulerConfig& config, EngineState state);
+  // `state` gives the pools' sizes; every change to their contents goes through `ops`.
+  Scheduler(const ModelConfig& model, const SchedulerConfig& config, EngineState state,
+            StateOpSink* ops);
   ~Scheduler();
 
   // Queues a request; ResourceExhausted when the queue is full, InvalidArgument when it can never
@@ -124,9 +128,13 @@ class Scheduler {
   void SortWaiting();
   void MaybeSnapshot(Request& r);
 
+  int64_t NewHandle() { return next_handle_++; }
+
   const ModelConfig& model_;
   SchedulerConfig config_;
   EngineState state_;
+  StateOpSink* ops_;
+  int64_t next_handle_ = 1;
   SlotAllocator slots_;
   PageAllocator pages_;
   std::unique_ptr<PrefixCache> prefix_;

@@ -9,20 +9,24 @@ namespace {
 
 TEST(PrefixCache, DeepestMatchingBoundaryAndPageRefs) {
   PageAllocator pages(16);
-  PrefixCache cache(/*interval=*/8, /*page_size=*/4, /*max_bytes=*/1 << 20, 3, &pages);
+  std::vector<int64_t> dropped;
+  PrefixCache cache(/*interval=*/8, /*page_size=*/4, /*max_bytes=*/1 << 20, /*snapshot_bytes=*/12,
+                    &pages, [&](int64_t h) { dropped.push_back(h); });
   std::vector<int32_t> tokens(20);
   std::iota(tokens.begin(), tokens.end(), 100);
   std::vector<int32_t> held;
   for (int i = 0; i < 5; ++i) held.push_back(*pages.Acquire());
-  cache.Insert(std::span(tokens).first(8), std::vector<float>{1, 2, 3}, held);
-  cache.Insert(std::span(tokens).first(16), std::vector<float>{4, 5, 6}, held);
+  cache.Insert(std::span(tokens).first(8), /*handle=*/101, held);
+  cache.Insert(std::span(tokens).first(16), /*handle=*/102, held);
+  cache.Insert(std::span(tokens).first(16), /*handle=*/103, held);  // already cached: dropped
+  EXPECT_EQ(dropped, std::vector<int64_t>{103});
   EXPECT_EQ(pages.refs(held[0]), 3);  // the request + two entries
   EXPECT_EQ(pages.refs(held[3]), 2);  // only the 16-token entry covers page 3
   EXPECT_EQ(pages.refs(held[4]), 1);
 
   PrefixCache::Hit h = cache.Lookup(tokens, 19);
   EXPECT_EQ(h.tokens, 16);
-  EXPECT_EQ((*h.snapshot)[0], 4.0f);
+  EXPECT_EQ(h.handle, 102);
   EXPECT_EQ(h.pages.size(), 4u);
   h = cache.Lookup(tokens, 15);  // clamped below the deeper snapshot
   EXPECT_EQ(h.tokens, 8);
@@ -38,21 +42,24 @@ TEST(PrefixCache, DeepestMatchingBoundaryAndPageRefs) {
 
 TEST(PrefixCache, EvictsLeastRecentlyUsedAndReleasesPages) {
   PageAllocator pages(8);
-  // Room for two 2-float snapshots.
-  PrefixCache cache(4, 4, 2 * 2 * sizeof(float), 2, &pages);
+  std::vector<int64_t> dropped;
+  // Room for two 8-byte snapshots.
+  PrefixCache cache(4, 4, 16, 8, &pages, [&](int64_t h) { dropped.push_back(h); });
   std::vector<int32_t> a = {1, 2, 3, 4}, b = {5, 6, 7, 8}, c = {9, 10, 11, 12};
   const int32_t pa = *pages.Acquire(), pb = *pages.Acquire(), pc = *pages.Acquire();
-  cache.Insert(a, std::vector<float>{1, 1}, std::vector<int32_t>{pa});
-  cache.Insert(b, std::vector<float>{2, 2}, std::vector<int32_t>{pb});
+  cache.Insert(a, 1, std::vector<int32_t>{pa});
+  cache.Insert(b, 2, std::vector<int32_t>{pb});
   EXPECT_EQ(cache.Lookup(a, 4).tokens, 4);  // a is now the most recent
-  cache.Insert(c, std::vector<float>{3, 3}, std::vector<int32_t>{pc});
+  cache.Insert(c, 3, std::vector<int32_t>{pc});
   EXPECT_EQ(cache.Lookup(b, 4).tokens, 0);  // b was evicted
+  EXPECT_EQ(dropped, std::vector<int64_t>{2});
   EXPECT_EQ(cache.Lookup(a, 4).tokens, 4);
   EXPECT_EQ(pages.refs(pb), 1);
   for (int32_t p : {pa, pb, pc}) pages.Unref(p);
   EXPECT_EQ(pages.free(), 6);  // pa, pc still held by entries
   EXPECT_TRUE(cache.FreePages(8));
   EXPECT_EQ(cache.entries(), 0);
+  EXPECT_EQ(dropped.size(), 3u);
 }
 
 }  // namespace

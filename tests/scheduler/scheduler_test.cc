@@ -16,9 +16,15 @@ struct Fixture {
   ModelConfig model = FakeConfig();
   KdaStatePool kda;
   MlaKvCache kv;
+  StateStore store;
+  LocalStateSink sink;
   Scheduler sched;
   Fixture(const SchedulerConfig& c)
-      : kda(model, c.max_running), kv(model, c.num_pages, c.page_size), sched(model, c, {&kda, &kv}) {}
+      : kda(model, c.max_running),
+        kv(model, c.num_pages, c.page_size),
+        store(&kda, &kv),
+        sink(&store),
+        sched(model, c, {&kda, &kv}, &sink) {}
 
   RequestSpec Spec(const std::string& id, int64_t prompt_len, int32_t max_tokens,
                    int32_t priority = 0) {
@@ -252,6 +258,8 @@ TEST(Scheduler, RandomStreamsKeepInvariants) {
     EXPECT_FALSE(f.sched.HasWork()) << "seed " << seed;
     EXPECT_EQ(static_cast<int>(finished.size()), added) << "seed " << seed;
     EXPECT_EQ(f.sched.Stats().slots_used, 0);
+    // No snapshot leaks: host memory holds exactly the prefix cache's entries.
+    EXPECT_EQ(f.store.snapshot_bytes(), f.sched.Stats().prefix_bytes) << "seed " << seed;
   }
 }
 
