@@ -15,6 +15,7 @@ KIMI_PACKAGES=(
   python3 python3-numpy python3-torch
   libpcre2-dev
   libssl-dev openssl prometheus
+  openmpi-bin libopenmpi-dev
 )
 
 kimi_log() { printf '[kimi] %s\n' "$*" >&2; }
