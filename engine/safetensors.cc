@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -34,15 +36,50 @@ bool FileExists(const std::string& path) {
 
 }  // namespace
 
+// Default: the anonymous huge-page copy. Measured with kimi-bench (benchmarks/README.md): it gives
+// 2 MiB pages whatever state the page cache is in, while a file mapping only gets them when the
+// file system supports large folios and the file was not already cached in small pages.
+WeightMemory DefaultWeightMemory() {
+  static const WeightMemory m = [] {
+    WeightMemory w = WeightMemory::kCopyHuge;
+    if (const char* env = std::getenv("KIMI_WEIGHT_MEMORY")) ParseWeightMemory(env, &w);
+    return w;
+  }();
+  return m;
+}
+
+const char* WeightMemoryName(WeightMemory m) {
+  switch (m) {
+    case WeightMemory::kMap:
+      return "map";
+    case WeightMemory::kMapHuge:
+      return "map-huge";
+    case WeightMemory::kCopyHuge:
+      return "copy-huge";
+  }
+  return "?";
+}
+
+bool ParseWeightMemory(std::string_view name, WeightMemory* out) {
+  for (WeightMemory m : {WeightMemory::kMap, WeightMemory::kMapHuge, WeightMemory::kCopyHuge}) {
+    if (name == WeightMemoryName(m)) {
+      *out = m;
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
 SafetensorsFile::~SafetensorsFile() {
-  if (map_) ::munmap(map_, size_);
+  if (map_) ::munmap(map_, map_size_);
 }
 
-absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path,
+                                                                       WeightMemory memory) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
@@ -58,10 +95,49 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     ::close(fd);
     return Corrupt(path, absl::StrCat("file is ", f->size_, " bytes, shorter than its header"));
   }
-  void* map = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  void* map = MAP_FAILED;
+  if (memory == WeightMemory::kCopyHuge) {
+    // Anonymous memory in whole 2 MiB pages, filled with pread (no second copy in a mapping).
+    constexpr size_t kHuge = size_t{2} << 20;
+    f->map_size_ = (f->size_ + kHuge - 1) / kHuge * kHuge;
+    map = ::mmap(nullptr, f->map_size_ + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                 -1, 0);
+    if (map != MAP_FAILED) {
+      // Trim to a 2 MiB-aligned start so every page can be huge.
+      auto* raw = static_cast<uint8_t*>(map);
+      const size_t lead = (kHuge - reinterpret_cast<uintptr_t>(raw) % kHuge) % kHuge;
+      if (lead) ::munmap(raw, lead);
+      if (kHuge - lead) ::munmap(raw + lead + f->map_size_, kHuge - lead);
+      map = raw + lead;
+      ::madvise(map, f->map_size_, MADV_HUGEPAGE);
+      auto* dst = static_cast<uint8_t*>(map);
+      for (size_t done = 0; done < f->size_;) {
+        const ssize_t n = ::pread(fd, dst + done, std::min<size_t>(f->size_ - done, 64 << 20),
+                                  static_cast<off_t>(done));
+        if (n <= 0) {
+          const int err = errno;
+          ::munmap(map, f->map_size_);
+          ::close(fd);
+          return absl::InternalError(absl::StrCat("cannot read ", path, ": ",
+                                                  n == 0 ? "unexpected end" : std::strerror(err)));
+        }
+        done += static_cast<size_t>(n);
+      }
+      f->writable_ = true;
+    }
+  } else {
+    f->map_size_ = f->size_;
+    map = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map != MAP_FAILED && memory == WeightMemory::kMapHuge) {
+      ::madvise(map, f->size_, MADV_HUGEPAGE);
+#ifdef MADV_POPULATE_READ
+      ::madvise(map, f->size_, MADV_POPULATE_READ);
+#endif
+    }
+  }
   ::close(fd);
   if (map == MAP_FAILED) {
-    return absl::InternalError(absl::StrCat("cannot mmap ", path, ": ", std::strerror(errno)));
+    return absl::InternalError(absl::StrCat("cannot map ", path, ": ", std::strerror(errno)));
   }
   f->map_ = map;
   const auto* bytes = static_cast<const uint8_t*>(map);
@@ -131,12 +207,12 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   for (size_t i = 1; i < ranges.size(); ++i) {
     if (ranges[i].first < ranges[i - 1].second) return Corrupt(path, "tensors overlap");
   }
-  // Weights are read sequentially and repeatedly: ask for huge pages and read-ahead.
-  ::madvise(map, f->size_, MADV_WILLNEED);
+  if (memory == WeightMemory::kMap) ::madvise(map, f->size_, MADV_WILLNEED);
   return f;
 }
 
-absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& dir) {
+absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& dir,
+                                                             WeightMemory memory) {
   auto ckpt = std::unique_ptr<Checkpoint>(new Checkpoint);
   ckpt->dir_ = dir;
   const std::string index_path = dir + "/model.safetensors.index.json";
@@ -175,7 +251,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
         dir, ": no model.safetensors or model.safetensors.index.json (not a checkpoint)"));
   }
   for (const std::string& name : files) {
-    auto f = SafetensorsFile::Open(dir + "/" + name);
+    auto f = SafetensorsFile::Open(dir + "/" + name, memory);
     if (!f.ok()) return f.status();
     for (const TensorInfo& t : (*f)->tensors()) {
       if (!weight_map.empty()) {
@@ -195,6 +271,29 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
     }
   }
   return ckpt;
+}
+
+void SafetensorsFile::Seal() {
+  if (!writable_) return;
+  ::mprotect(map_, map_size_, PROT_READ);
+  writable_ = false;
+}
+
+bool Checkpoint::Writable() const {
+  for (const auto& f : files_) {
+    if (!f->writable()) return false;
+  }
+  return !files_.empty();
+}
+
+void Checkpoint::Seal() {
+  for (const auto& f : files_) f->Seal();
+}
+
+std::vector<std::span<const uint8_t>> Checkpoint::Regions() const {
+  std::vector<std::span<const uint8_t>> r;
+  for (const auto& f : files_) r.push_back(f->bytes());
+  return r;
 }
 
 const TensorInfo* Checkpoint::Find(std::string_view name) const {

@@ -33,21 +33,43 @@ struct TensorInfo {
 
 std::string ShapeString(const std::vector<int64_t>& shape);
 
+// Where checkpoint bytes live while the model runs. Decode streams every active weight once per
+// token, so the page size matters: 4 KiB pages cost TLB misses that 2 MiB pages avoid.
+enum class WeightMemory {
+  kMap,       // a plain private mapping of the file (page-cache pages as they are)
+  kMapHuge,   // the mapping with MADV_HUGEPAGE, prefaulted: 2 MiB page-cache folios where the
+              // file system and the cache state allow
+  kCopyHuge,  // the file read into anonymous 2 MiB-aligned memory with MADV_HUGEPAGE (costs the
+              // copy at load; the page cache can then be dropped)
+};
+// $KIMI_WEIGHT_MEMORY (map, map-huge, copy-huge) or the default (see safetensors.cc for why).
+WeightMemory DefaultWeightMemory();
+const char* WeightMemoryName(WeightMemory m);
+bool ParseWeightMemory(std::string_view name, WeightMemory* out);
+
 // One mapped .safetensors file. Every header entry is checked against the file size on open.
 class SafetensorsFile {
  public:
-  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(
+      const std::string& path, WeightMemory memory = DefaultWeightMemory());
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // The memory holding the whole file (header included).
+  std::span<const uint8_t> bytes() const { return {static_cast<const uint8_t*>(map_), size_}; }
+  // A kCopyHuge file is private writable memory until Seal() makes it read-only.
+  bool writable() const { return writable_; }
+  void Seal();
 
  private:
   SafetensorsFile() = default;
   void* map_ = nullptr;
-  size_t size_ = 0;
+  size_t size_ = 0;      // file bytes
+  size_t map_size_ = 0;  // bytes mapped (rounded up for kCopyHuge)
+  bool writable_ = false;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;
 };
@@ -55,11 +77,18 @@ class SafetensorsFile {
 // All tensors of a checkpoint directory, by name.
 class Checkpoint {
  public:
-  static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& dir);
+  static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(
+      const std::string& dir, WeightMemory memory = DefaultWeightMemory());
 
   const TensorInfo* Find(std::string_view name) const;
   const std::map<std::string, TensorInfo, std::less<>>& tensors() const { return tensors_; }
   const std::string& dir() const { return dir_; }
+  // The memory of every open file, for benchmarks that stream the same kind of pages.
+  std::vector<std::span<const uint8_t>> Regions() const;
+  // True when every tensor lives in private writable memory (kCopyHuge, before Seal): the loader
+  // may then rewrite weights in place (packing) before sealing them read-only.
+  bool Writable() const;
+  void Seal();
 
  private:
   std::string dir_;

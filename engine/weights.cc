@@ -1,11 +1,14 @@
 #include "engine/weights.h"
 
 #include <cstring>
+#include <map>
 #include <set>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "engine/tensor_set.h"
+#include "kernels/cpu/pack.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace kimi {
 namespace {
@@ -93,10 +96,15 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const
     if (opts.log) opts.log(line);
   };
   for (const std::string& note : m->config_.notes) log(note);
-  auto ckpt = Checkpoint::Open(dir);
+  auto ckpt = Checkpoint::Open(dir, opts.memory);
   if (!ckpt.ok()) return ckpt.status();
   m->checkpoint_ = std::move(*ckpt);
   if (absl::Status s = m->Bind(opts); !s.ok()) return s;
+  if (m->checkpoint_->Writable()) {
+    const int64_t packed = m->PackMatrices();
+    if (opts.log) log(absl::StrCat("packed ", packed >> 20, " MiB of weights for linear reads"));
+  }
+  m->checkpoint_->Seal();
   return m;
 }
 
@@ -236,6 +244,59 @@ absl::Status Model::Bind(const Options& opts) {
     opts.log(absl::StrCat("bound ", specs.size(), " tensors from ", checkpoint_->dir()));
   }
   return absl::OkStatus();
+}
+
+int64_t Model::PackMatrices() {
+  // Every matrix MatMul reads, once per tensor (a tied lm_head is the embedding too; DequantizeRow
+  // reads packed rows). kv_b_proj is split per head with Rows(): it is packed only when the heads'
+  // row ranges fall on group boundaries.
+  std::vector<Weight*> all;
+  const auto add = [&](Weight& w) {
+    if (w.data) all.push_back(&w);
+  };
+  const auto add_mlp = [&](MlpWeights& m) {
+    add(m.gate);
+    add(m.up);
+    add(m.down);
+  };
+  ModelWeights& w = weights_;
+  add(w.lm_head);
+  for (LayerWeights& L : w.layers) {
+    KdaWeights& k = L.kda;
+    for (Weight* x : {&k.q_proj, &k.k_proj, &k.v_proj, &k.f_a, &k.f_b, &k.b_proj, &k.g_a, &k.g_b,
+                      &k.g_proj, &k.o_proj}) {
+      add(*x);
+    }
+    MlaWeights& m = L.mla;
+    for (Weight* x : {&m.q_proj, &m.q_a_proj, &m.q_b_proj, &m.kv_a_proj, &m.g_proj, &m.o_proj}) {
+      add(*x);
+    }
+    const MlaConfig& mc = config_.mla;
+    if (mc.qk_nope_head_dim % kPackRows == 0 && mc.v_head_dim % kPackRows == 0) add(m.kv_b_proj);
+    add_mlp(L.mlp);
+    add(L.moe.router);
+    add(L.moe.latent_down);
+    add(L.moe.latent_up);
+    for (MlpWeights& e : L.moe.experts) add_mlp(e);
+    add_mlp(L.moe.shared);
+  }
+  // One entry per tensor; views sharing it (a tied embedding) learn the layout afterwards.
+  std::map<const void*, Weight*> unique;
+  for (Weight* x : all) {
+    if (cpu::CanPack(*x)) unique.emplace(x->data, x);
+  }
+  std::vector<Weight*> todo;
+  for (auto& [data, x] : unique) todo.push_back(x);
+  cpu::ParallelFor(static_cast<int64_t>(todo.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) cpu::PackInPlace(todo[i]);
+  });
+  int64_t bytes = 0;
+  for (Weight* x : todo) bytes += x->Bytes();
+  for (Weight* x : all) {
+    if (unique.count(x->data) && unique[x->data]->packed) x->packed = true;
+  }
+  if (w.embed.data == w.lm_head.data) w.embed.packed = w.lm_head.packed;
+  return bytes;
 }
 
 int64_t Model::ActiveWeightBytes() const {

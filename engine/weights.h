@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,8 @@ class Model {
   struct Options {
     // Receives one line per note (skipped tensors, defaults taken) and progress during load.
     std::function<void(const std::string&)> log;
+    // Where the weights live (see engine/safetensors.h).
+    WeightMemory memory = DefaultWeightMemory();
   };
   static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir, const Options& opts);
   static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir) {
@@ -93,10 +96,15 @@ class Model {
   void LimitContext(int64_t tokens) { config_.max_context = tokens; }
   // Bytes of weights one decode token reads (active experts at their stored size).
   int64_t ActiveWeightBytes() const;
+  // The memory holding the checkpoint's bytes (benchmarks stream it as their bandwidth baseline).
+  std::vector<std::span<const uint8_t>> WeightRegions() const { return checkpoint_->Regions(); }
 
  private:
   Model() = default;
   absl::Status Bind(const Options& opts);
+  // Rewrites the matrices MatMul reads into the packed layout (kernels/cpu/pack.h), when the
+  // checkpoint's memory is private and writable; returns the bytes packed.
+  int64_t PackMatrices();
   const float* Vec(const TensorInfo& t, int64_t count = -1);
   const float* Fold(const float* a, const float* b, int64_t n);
 

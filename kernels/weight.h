@@ -1,6 +1,7 @@
 // A weight matrix as the checkpoint stores it, viewed in place (usually inside a memory map).
 #pragma once
 
+#include <cassert>
 #include <cstdint>
 
 #include "kernels/dtype.h"
@@ -16,13 +17,19 @@ enum class WeightFormat : uint8_t {
   kMxfp4,
 };
 
-// [rows, cols] row-major, PyTorch's [out_features, in_features].
+// Rows per group of the packed layout (kernels/cpu/pack.h).
+constexpr int64_t kPackRows = 8;
+
+// [rows, cols] row-major, PyTorch's [out_features, in_features] -- or, when `packed`, the same
+// bytes reordered so that each group of kPackRows rows is interleaved per 32-column block (a group
+// occupies exactly the bytes its rows would, so views of whole groups keep their addresses).
 struct Weight {
   const void* data = nullptr;
   const uint8_t* scales = nullptr;  // kMxfp4 only
   WeightFormat format = WeightFormat::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
+  bool packed = false;  // bf16 or MXFP4, rows % kPackRows == 0, cols % 32 == 0
 
   // Bytes read by one pass over the matrix (packed size for MXFP4).
   int64_t Bytes() const {
@@ -39,11 +46,12 @@ struct Weight {
   }
   // Row r as a matrix of one row.
   Weight Row(int64_t r) const;
-  // Rows [begin, begin + count).
+  // Rows [begin, begin + count); for a packed weight `begin` must be a multiple of kPackRows.
   Weight Rows(int64_t begin, int64_t count) const;
 };
 
 inline Weight Weight::Rows(int64_t begin, int64_t count) const {
+  assert(!packed || begin % kPackRows == 0);
   Weight w = *this;
   w.rows = count;
   const auto* base = static_cast<const uint8_t*>(data);

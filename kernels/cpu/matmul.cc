@@ -1,119 +1,240 @@
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string_view>
+#include <vector>
 
+#include "kernels/cpu/matmul_impl.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/dtype.h"
 
 namespace kimi::cpu {
+namespace matmul_internal {
 namespace {
 
-// 16 independent lanes, then a fixed pairwise reduction: vectorises without -ffast-math and keeps
-// the summation order a function of K alone.
-constexpr int kLanes = 16;
-
-inline float ReduceLanes(float* acc) {
-  for (int w = kLanes / 2; w > 0; w /= 2) {
-    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
-  }
-  return acc[0];
-}
-
-// E2M1 code -> value (sign bit 3, then exponent 2 bits, mantissa 1 bit).
-constexpr float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
-                             -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
-
-inline float E8m0ToF32(uint8_t s) {
+constexpr float E8m0Value(int s) {
   // 2^(s-127); s = 255 is NaN in the OCP spec, s = 0 is 2^-127 (a subnormal in fp32).
   if (s == 255) return __builtin_nanf("");
-  if (s == 0) return 5.877471754111438e-39f;
-  uint32_t bits = static_cast<uint32_t>(s) << 23;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
+  float f = 1.0f;
+  for (int i = s; i < 127; ++i) f *= 0.5f;
+  for (int i = 127; i < s; ++i) f *= 2.0f;
   return f;
 }
 
-#define KIMI_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-
-KIMI_CLONES float DotF32(const float* x, const float* w, int64_t k) {
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= k; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) acc[j] += x[i + j] * w[i + j];
+struct E8m0Table {
+  float v[256];
+  constexpr E8m0Table() : v() {
+    for (int i = 0; i < 256; ++i) v[i] = E8m0Value(i);
   }
-  for (int j = 0; i < k; ++i, ++j) acc[j] += x[i] * w[i];
-  return ReduceLanes(acc);
+};
+constexpr E8m0Table kE8m0Table;
+
+// Offset of element i of row r in a packed weight, in units of `per_block` per 32 columns.
+int64_t PackedOffset(int64_t r, int64_t i, int64_t k, int64_t per_block) {
+  const int64_t g = r / kPackRows, j = r % kPackRows, b = i / 32;
+  return g * kPackRows * (k / 32) * per_block + (b * kPackRows + j) * per_block;
 }
 
-KIMI_CLONES float DotBf16(const float* x, const uint16_t* w, int64_t k) {
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= k; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) acc[j] += x[i + j] * Bf16ToF32(w[i + j]);
-  }
-  for (int j = 0; i < k; ++i, ++j) acc[j] += x[i] * Bf16ToF32(w[i]);
-  return ReduceLanes(acc);
-}
-
-float DotF16(const float* x, const uint16_t* w, int64_t k) {
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= k; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) acc[j] += x[i + j] * F16ToF32(w[i + j]);
-  }
-  for (int j = 0; i < k; ++i, ++j) acc[j] += x[i] * F16ToF32(w[i]);
-  return ReduceLanes(acc);
-}
-
-// One 32-wide block at a time: the E2M1 products are exact multiples of 0.5, the block sum is
-// scaled once by its power-of-two scale (exact), so only the additions round.
-KIMI_CLONES float DotMxfp4(const float* x, const uint8_t* packed, const uint8_t* scales,
-                           int64_t k) {
-  float total[kLanes] = {};
-  for (int64_t b = 0; b < k / 32; ++b) {
-    float acc[kLanes] = {};
-    const uint8_t* p = packed + b * 16;
-    const float* xb = x + b * 32;
-    for (int j = 0; j < 16; ++j) {
-      acc[j] += xb[2 * j] * kE2m1[p[j] & 0xf] + xb[2 * j + 1] * kE2m1[p[j] >> 4];
-    }
-    const float s = E8m0ToF32(scales[b]);
-    for (int j = 0; j < kLanes; ++j) total[j] += acc[j] * s;
-  }
-  return ReduceLanes(total);
-}
-
-float Dot(const float* x, const Weight& w, int64_t r) {
+// Element i of row r as fp32 (0 beyond the row), for the scalar fallback.
+float Element(const Weight& w, int64_t r, int64_t i) {
   const int64_t k = w.cols;
+  if (i >= k) return 0.0f;
+  if (w.packed && w.format == WeightFormat::kBF16) {
+    return Bf16ToF32(
+        static_cast<const uint16_t*>(w.data)[PackedOffset(r, i, k, 32) + i % 32]);
+  }
+  if (w.packed && w.format == WeightFormat::kMxfp4) {
+    const uint8_t byte =
+        static_cast<const uint8_t*>(w.data)[PackedOffset(r, i, k, 16) + (i % 32) / 2];
+    const float scale = kE8m0[w.scales[PackedOffset(r, i, k, 1)]];
+    return kE2m1[(i & 1) ? byte >> 4 : byte & 0xf] * scale;
+  }
   switch (w.format) {
     case WeightFormat::kF32:
-      return DotF32(x, static_cast<const float*>(w.data) + r * k, k);
+      return static_cast<const float*>(w.data)[r * k + i];
     case WeightFormat::kBF16:
-      return DotBf16(x, static_cast<const uint16_t*>(w.data) + r * k, k);
+      return Bf16ToF32(static_cast<const uint16_t*>(w.data)[r * k + i]);
     case WeightFormat::kF16:
-      return DotF16(x, static_cast<const uint16_t*>(w.data) + r * k, k);
-    case WeightFormat::kMxfp4:
-      return DotMxfp4(x, static_cast<const uint8_t*>(w.data) + r * (k / 2), w.scales + r * (k / 32),
-                      k);
+      return F16ToF32(static_cast<const uint16_t*>(w.data)[r * k + i]);
+    case WeightFormat::kMxfp4: {
+      const uint8_t byte = static_cast<const uint8_t*>(w.data)[r * (k / 2) + i / 2];
+      const float scale = kE8m0[w.scales[r * (k / 32) + i / 32]];
+      return kE2m1[(i & 1) ? byte >> 4 : byte & 0xf] * scale;
+    }
   }
   return 0.0f;
 }
 
+void ScalarRange(const Problem& p, int64_t n0, int64_t n1) {
+  const Weight& w = *p.w;
+  for (int64_t n = n0; n < n1; ++n) {
+    for (int64_t i = 0; i < p.m; ++i) {
+      const float* xp = p.xp + i * p.kp;
+      float acc[16] = {};
+      for (int64_t b = 0; b < p.kp; b += 32) {
+        for (int j = 0; j < 16; ++j) {
+          acc[j] = acc[j] + xp[b + j] * Element(w, n, b + 2 * j);
+          acc[j] = acc[j] + xp[b + 16 + j] * Element(w, n, b + 2 * j + 1);
+        }
+      }
+      for (int width = 8; width > 0; width /= 2) {
+        for (int j = 0; j < width; ++j) acc[j] += acc[j + width];
+      }
+      p.y[i * p.ldy + n] = acc[0];
+    }
+  }
+}
+
 }  // namespace
+
+const float* const kE8m0 = kE8m0Table.v;
+
+const float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                         -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+void PermuteRow(float* xp, const float* x, int64_t k, int64_t kp) {
+  for (int64_t b = 0; b < kp; b += 32) {
+    for (int j = 0; j < 16; ++j) {
+      const int64_t e = b + 2 * j, o = e + 1;
+      xp[b + j] = e < k ? x[e] : 0.0f;
+      xp[b + 16 + j] = o < k ? x[o] : 0.0f;
+    }
+  }
+}
+
+const Kernels* ScalarKernels() {
+  static const Kernels k{"scalar", &ScalarRange};
+  return &k;
+}
+
+}  // namespace matmul_internal
+
+namespace {
+
+using matmul_internal::Kernels;
+
+bool Available(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return true;
+    case Isa::kAvx2:
+      return matmul_internal::Avx2Kernels() != nullptr;
+    case Isa::kAvx512:
+      return matmul_internal::Avx512Kernels() != nullptr;
+  }
+  return false;
+}
+
+Isa DefaultIsa() {
+  Isa best = Available(Isa::kAvx512) ? Isa::kAvx512
+             : Available(Isa::kAvx2) ? Isa::kAvx2
+                                     : Isa::kScalar;
+  if (const char* env = std::getenv("KIMI_ISA")) {
+    const std::string_view v(env);
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      if (v == IsaName(isa) && Available(isa)) return isa;
+    }
+  }
+  return best;
+}
+
+Isa& CurrentIsa() {
+  static Isa isa = DefaultIsa();
+  return isa;
+}
+
+const Kernels* KernelsFor(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return matmul_internal::Avx512Kernels();
+    case Isa::kAvx2:
+      return matmul_internal::Avx2Kernels();
+    case Isa::kScalar:
+      break;
+  }
+  return matmul_internal::ScalarKernels();
+}
+
+std::mutex stats_mu;
+MatMulStats* g_stats = nullptr;
+
+void Record(const Weight& w, int64_t m) {
+  std::lock_guard<std::mutex> lock(stats_mu);
+  if (!g_stats) return;
+  g_stats->calls += 1;
+  g_stats->weight_bytes += w.Bytes();
+  g_stats->flops += 2 * m * w.rows * w.cols;
+  g_stats->reads.push_back({w.data, w.Bytes()});
+}
+
+// Rows of W handed out together: a multiple of every tile height the kernels use.
+constexpr int64_t kRowUnit = 8;
+
+}  // namespace
+
+Isa MatMulIsa() { return CurrentIsa(); }
+
+bool SetMatMulIsa(Isa isa) {
+  if (!Available(isa)) return false;
+  CurrentIsa() = isa;
+  return true;
+}
+
+const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+  }
+  return "?";
+}
+
+void SetMatMulStats(MatMulStats* stats) {
+  std::lock_guard<std::mutex> lock(stats_mu);
+  g_stats = stats;
+}
 
 void MatMul(float* y, int64_t ldy, const float* x, int64_t ldx, const Weight& w, int64_t m) {
   if (m <= 0 || w.rows <= 0) return;
-  // Partition over output columns so each weight row is read from memory once per call.
-  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, w.cols * m));
-  ParallelFor(w.rows, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t n = begin; n < end; ++n) {
-      for (int64_t i = 0; i < m; ++i) y[i * ldy + n] = Dot(x + i * ldx, w, n);
+  if (g_stats) Record(w, m);
+  const int64_t k = w.cols, kp = (k + 31) / 32 * 32;
+
+  // x in the canonical layout; per thread, so MatMuls nested in other kernels' workers are safe.
+  thread_local std::vector<float> xp_buffer;
+  if (static_cast<int64_t>(xp_buffer.size()) < m * kp) xp_buffer.resize(m * kp);
+  float* xp = xp_buffer.data();
+  ParallelFor(m, std::max<int64_t>(1, 65536 / kp), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      matmul_internal::PermuteRow(xp + i * kp, x + i * ldx, k, kp);
     }
+  });
+
+  const matmul_internal::Problem p{y, ldy, xp, kp, &w, m};
+  const Kernels* kernels = KernelsFor(CurrentIsa());
+  // Split the rows of W: each weight byte is read by one thread. A part gets at least ~64 KiB of
+  // weights or ~4 MFLOP, so small matrices do not pay for a dispatch they cannot use.
+  const int64_t units = (w.rows + kRowUnit - 1) / kRowUnit;
+  const int64_t unit_bytes = std::max<int64_t>(1, w.Bytes() / w.rows * kRowUnit);
+  const int64_t unit_flops = 2 * m * k * kRowUnit;
+  const int64_t grain =
+      std::max<int64_t>(1, std::min(65536 / unit_bytes, int64_t{4} << 20 / std::max<int64_t>(1, unit_flops)));
+  ParallelFor(units, grain, [&](int64_t begin, int64_t end) {
+    kernels->range(p, begin * kRowUnit, std::min(end * kRowUnit, w.rows));
   });
 }
 
 void DequantizeRow(float* out, const Weight& w, int64_t r) {
   const int64_t k = w.cols;
+  if (w.packed) {
+    for (int64_t i = 0; i < k; ++i) out[i] = matmul_internal::Element(w, r, i);
+    return;
+  }
   switch (w.format) {
     case WeightFormat::kF32: {
       const float* src = static_cast<const float*>(w.data) + r * k;
@@ -134,9 +255,9 @@ void DequantizeRow(float* out, const Weight& w, int64_t r) {
       const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * (k / 2);
       const uint8_t* s = w.scales + r * (k / 32);
       for (int64_t i = 0; i < k; i += 2) {
-        const float scale = E8m0ToF32(s[i / 32]);
-        out[i] = kE2m1[p[i / 2] & 0xf] * scale;
-        out[i + 1] = kE2m1[p[i / 2] >> 4] * scale;
+        const float scale = matmul_internal::kE8m0[s[i / 32]];
+        out[i] = matmul_internal::kE2m1[p[i / 2] & 0xf] * scale;
+        out[i + 1] = matmul_internal::kE2m1[p[i / 2] >> 4] * scale;
       }
       return;
     }

@@ -1,11 +1,17 @@
 // y = x W^T for a stored weight W [N, K] (bf16, fp16, fp32 or MXFP4) and fp32 activations.
 //
 // Every output element is one dot product summed in a fixed order that depends only on K, never on
-// how many rows x has or how the work is split over threads: a token's result is the same alone or
-// in any batch (the scheduler's batch invariance rests on this).
+// how many rows x has, which tile or thread computes it, or which instruction set runs (AVX-512 and
+// AVX2 agree bit for bit; the order is written down in matmul_impl.h): a token's result is the
+// same alone or in any batch (the scheduler's batch invariance rests on this).
+//
+// Weights are read in their stored format, converted in registers and accumulated in fp32. Rows of
+// x are processed in blocks that stay in cache while each weight tile is read once per block, so a
+// batched decode step or a prefill chunk reads every weight matrix from memory about once.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/weight.h"
 
@@ -21,5 +27,28 @@ inline void MatMul(float* y, const float* x, const Weight& w, int64_t m) {
 
 // Row r of w converted to fp32: out [w.cols]. Used for embedding lookups and references.
 void DequantizeRow(float* out, const Weight& w, int64_t r);
+
+// The instruction set MatMul uses: the best the machine has, or $KIMI_ISA (avx512, avx2, scalar)
+// when that is available. SetMatMulIsa is for tests and benchmarks (not thread-safe against
+// running MatMuls); it returns false, changing nothing, when the machine lacks `isa`.
+enum class Isa { kScalar, kAvx2, kAvx512 };
+Isa MatMulIsa();
+bool SetMatMulIsa(Isa isa);
+const char* IsaName(Isa isa);
+
+// Optional accounting for benchmarks: while a MatMulStats is installed, every MatMul (from any
+// thread) adds its weight bytes and flops and records which weight it read, so callers can count
+// distinct bytes. Installing nullptr stops it; it costs nothing when not installed.
+struct MatMulStats {
+  struct Read {
+    const void* data;
+    int64_t bytes;
+  };
+  int64_t calls = 0;
+  int64_t weight_bytes = 0;  // summed over calls (a weight read twice counts twice)
+  int64_t flops = 0;         // 2 * m * rows * cols per call
+  std::vector<Read> reads;   // one per call
+};
+void SetMatMulStats(MatMulStats* stats);
 
 }  // namespace kimi::cpu

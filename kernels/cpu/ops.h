@@ -9,4 +9,5 @@
 #include "kernels/cpu/mla.h"
 #include "kernels/cpu/moe_route.h"
 #include "kernels/cpu/norm.h"
+#include "kernels/cpu/pack.h"
 #include "kernels/cpu/thread_pool.h"

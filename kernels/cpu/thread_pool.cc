@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
+#include <chrono>
 #include <cstdlib>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -21,36 +20,51 @@ int DefaultThreads() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+std::chrono::microseconds SpinBudget() {
+  if (const char* env = std::getenv("KIMI_SPIN_US")) {
+    const int us = std::atoi(env);
+    if (us >= 0) return std::chrono::microseconds(us);
+  }
+  return std::chrono::microseconds(300);
+}
+
+inline void CpuRelax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
 }  // namespace
 
-// Workers wait for a new generation number, run their range, and count down `pending`.
-// They spin briefly before sleeping: a decode step issues hundreds of short jobs back to back.
+// The job slot is written by the caller before it bumps `generation` (release) and read by the
+// workers after they see the bump (acquire). Every worker acknowledges every generation through
+// `pending`, participating or not, so the caller never rewrites the slot while one still reads it.
 struct ThreadPool::Shared {
-  std::mutex mu;
-  std::condition_variable wake;
-  std::atomic<uint64_t> generation{0};
-  std::atomic<int> pending{0};
-  bool stop = false;
-  const std::function<void(int64_t, int64_t)>* fn = nullptr;
+  alignas(64) std::atomic<uint32_t> generation{0};
+  alignas(64) std::atomic<int> pending{0};
+  alignas(64) std::atomic<int> sleepers{0};
+  alignas(64) const std::function<void(int64_t, int64_t)>* fn = nullptr;
   int64_t n = 0;
   int parts = 0;
+  bool stop = false;
+  std::chrono::microseconds spin{0};
   std::vector<std::thread> threads;
 };
 
 ThreadPool::ThreadPool(int num_threads)
-    : num_threads_(num_threads > 0 ? num_threads : DefaultThreads()), shared_(new Shared) {
+    : num_threads_(num_threads > 0 ? num_threads : DefaultThreads()),
+      active_(num_threads_),
+      shared_(new Shared) {
+  shared_->spin = SpinBudget();
   for (int i = 1; i < num_threads_; ++i) {
     shared_->threads.emplace_back([this, i] { WorkerLoop(i); });
   }
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard<std::mutex> lock(shared_->mu);
-    shared_->stop = true;
-    shared_->generation.fetch_add(1);
-  }
-  shared_->wake.notify_all();
+  shared_->stop = true;
+  shared_->generation.fetch_add(1, std::memory_order_seq_cst);
+  shared_->generation.notify_all();
   for (auto& t : shared_->threads) t.join();
   delete shared_;
 }
@@ -58,6 +72,10 @@ ThreadPool::~ThreadPool() {
 ThreadPool& ThreadPool::Global() {
   static ThreadPool* pool = new ThreadPool();  // never destroyed: workers may outlive statics
   return *pool;
+}
+
+void ThreadPool::SetActiveThreads(int n) {
+  active_ = n <= 0 ? num_threads_ : std::min(n, num_threads_);
 }
 
 static void RunPart(const std::function<void(int64_t, int64_t)>& fn, int64_t n, int parts, int i) {
@@ -69,33 +87,25 @@ static void RunPart(const std::function<void(int64_t, int64_t)>& fn, int64_t n, 
 
 void ThreadPool::WorkerLoop(int index) {
   tls_in_worker = true;
-  uint64_t seen = 0;
+  Shared& s = *shared_;
+  uint32_t seen = 0;
   for (;;) {
-    // Spin for a short while, then block.
-    int spins = 0;
-    while (shared_->generation.load(std::memory_order_acquire) == seen && spins < 20000) {
-      ++spins;
-#if defined(__x86_64__)
-      __builtin_ia32_pause();
-#endif
+    // Spin (with a clock check every 256 pauses) while jobs come back to back, then sleep.
+    uint32_t g = s.generation.load(std::memory_order_acquire);
+    const auto spin_until = std::chrono::steady_clock::now() + s.spin;
+    for (int i = 1; g == seen; ++i) {
+      CpuRelax();
+      if (i % 256 == 0 && std::chrono::steady_clock::now() > spin_until) {
+        s.sleepers.fetch_add(1, std::memory_order_seq_cst);
+        s.generation.wait(seen, std::memory_order_seq_cst);
+        s.sleepers.fetch_sub(1, std::memory_order_relaxed);
+      }
+      g = s.generation.load(std::memory_order_acquire);
     }
-    if (shared_->generation.load(std::memory_order_acquire) == seen) {
-      std::unique_lock<std::mutex> lock(shared_->mu);
-      shared_->wake.wait(lock, [&] { return shared_->generation.load() != seen; });
-    }
-    seen = shared_->generation.load(std::memory_order_acquire);
-    const std::function<void(int64_t, int64_t)>* fn;
-    int64_t n;
-    int parts;
-    {
-      std::lock_guard<std::mutex> lock(shared_->mu);
-      if (shared_->stop) return;
-      fn = shared_->fn;
-      n = shared_->n;
-      parts = shared_->parts;
-    }
-    RunPart(*fn, n, parts, index);
-    shared_->pending.fetch_sub(1, std::memory_order_acq_rel);
+    seen = g;
+    if (s.stop) return;
+    RunPart(*s.fn, s.n, s.parts, index);
+    s.pending.fetch_sub(1, std::memory_order_release);
   }
 }
 
@@ -103,28 +113,22 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
                              const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
-  const int parts = static_cast<int>(std::min<int64_t>(num_threads_, (n + grain - 1) / grain));
+  const int parts = static_cast<int>(std::min<int64_t>(active_, (n + grain - 1) / grain));
   if (parts <= 1 || tls_in_worker) {
     fn(0, n);
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(shared_->mu);
-    shared_->fn = &fn;
-    shared_->n = n;
-    shared_->parts = parts;
-    shared_->pending.store(num_threads_ - 1, std::memory_order_relaxed);
-    shared_->generation.fetch_add(1, std::memory_order_release);
-  }
-  shared_->wake.notify_all();
+  Shared& s = *shared_;
+  s.fn = &fn;
+  s.n = n;
+  s.parts = parts;
+  s.pending.store(num_threads_ - 1, std::memory_order_relaxed);
+  s.generation.fetch_add(1, std::memory_order_seq_cst);
+  if (s.sleepers.load(std::memory_order_seq_cst) > 0) s.generation.notify_all();
   tls_in_worker = true;
   RunPart(fn, n, parts, 0);
   tls_in_worker = false;
-  while (shared_->pending.load(std::memory_order_acquire) != 0) {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-  }
+  while (s.pending.load(std::memory_order_acquire) != 0) CpuRelax();
 }
 
 }  // namespace kimi::cpu

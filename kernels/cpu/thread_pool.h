@@ -3,6 +3,11 @@
 // Thread contract: ParallelFor may be called from one thread at a time per pool (the engine thread).
 // A call made from inside a worker runs inline, so kernels can nest without deadlock. Work is split
 // into contiguous ranges by index only, never by timing, so results do not depend on scheduling.
+//
+// Dispatch is lock-free: the caller publishes the job and bumps a generation counter; workers spin
+// on it for a short while (KIMI_SPIN_US, default 300 us) and then sleep on a futex, so a decode step's
+// hundreds of short jobs cost well under a microsecond each to hand out, and an idle pool costs no
+// CPU. The pool defaults to one thread per core, the caller included: it never oversubscribes.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +23,11 @@ class ThreadPool {
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  int num_threads() const { return num_threads_; }
+  // Threads ParallelFor uses now (<= the threads the pool was built with).
+  int num_threads() const { return active_; }
+  // Limits ParallelFor to the first `n` threads (1 .. built size; 0 restores the built size).
+  // For benchmarks that compare thread counts; call it between jobs, from the calling thread.
+  void SetActiveThreads(int n);
 
   // Calls fn(begin, end) over a partition of [0, n) into at most num_threads() ranges of at least
   // `grain` items, and returns when all are done.
@@ -32,6 +41,7 @@ class ThreadPool {
   void WorkerLoop(int index);
 
   int num_threads_;
+  int active_;
   Shared* shared_;
 };
 

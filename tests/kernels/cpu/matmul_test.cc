@@ -1,5 +1,8 @@
 #include "kernels/cpu/matmul.h"
 
+#include "kernels/cpu/pack.h"
+#include "kernels/cpu/thread_pool.h"
+
 #include <cmath>
 #include <vector>
 
@@ -110,6 +113,100 @@ TEST_P(MatMulTest, DequantizeRowIsTheStoredValue) {
     DequantizeRow(row.data(), s.w, r);
     for (int64_t c = 0; c < 64; ++c) ASSERT_EQ(row[c], static_cast<float>(s.dense[r * 64 + c]));
   }
+}
+
+// Every instruction set the machine has, and every thread count, gives the same bits for every
+// shape (tile remainders in m and n, K tails, several x blocks); scalar may differ (no FMA).
+TEST_P(MatMulTest, IsasThreadsAndBatchesAgreeBitwise) {
+  const Isa saved = MatMulIsa();
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 37, 7}, {5, 19, 33},
+                         {13, 70, 96}, {70, 29, 1000}, {130, 9, 1024}, {3, 4, 2048}}) {
+    if (GetParam() == WeightFormat::kMxfp4 && k % 32 != 0) continue;
+    const Stored s = MakeWeight(GetParam(), n, k, 21);
+    const std::vector<float> x = testing::RandomVector(m * k, 22);
+    std::vector<float> first;
+    for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kScalar}) {
+      if (!SetMatMulIsa(isa)) continue;
+      for (int threads : {1, 2, 3}) {
+        ThreadPool::Global().SetActiveThreads(threads);
+        std::vector<float> y(m * n), row(n);
+        MatMul(y.data(), x.data(), s.w, m);
+        if (isa == Isa::kScalar) continue;  // checked against the reference above
+        if (first.empty()) first = y;
+        for (int64_t i = 0; i < m * n; ++i) {
+          ASSERT_EQ(y[i], first[i]) << IsaName(isa) << " threads " << threads << " " << m << "x"
+                                    << n << "x" << k << " at " << i;
+        }
+        for (int64_t i = 0; i < m; i += 7) {
+          MatMul(row.data(), x.data() + i * k, s.w, 1);
+          for (int64_t j = 0; j < n; ++j) ASSERT_EQ(row[j], first[i * n + j]);
+        }
+      }
+    }
+    first.clear();
+  }
+  ThreadPool::Global().SetActiveThreads(0);
+  SetMatMulIsa(saved);
+}
+
+TEST_P(MatMulTest, EveryIsaMatchesDoubleReference) {
+  const Isa saved = MatMulIsa();
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kScalar}) {
+    if (!SetMatMulIsa(isa)) continue;
+    for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 9, 64}, {6, 11, 160},
+                           {2, 3, 1024}}) {
+      const Stored s = MakeWeight(GetParam(), n, k, 31);
+      const std::vector<float> x = testing::RandomVector(m * k, 32);
+      std::vector<float> y(m * n);
+      MatMul(y.data(), x.data(), s.w, m);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          double ref = 0.0, scale = 0.0;
+          for (int64_t c = 0; c < k; ++c) {
+            ref += static_cast<double>(x[i * k + c]) * s.dense[j * k + c];
+            scale = std::max(scale, std::fabs(x[i * k + c] * s.dense[j * k + c]));
+          }
+          ASSERT_NEAR(y[i * n + j], ref, 4.0 * k * 1.2e-7 * scale) << IsaName(isa);
+        }
+      }
+    }
+  }
+  SetMatMulIsa(saved);
+}
+
+// The packed layout (kernels/cpu/pack.h) holds the same values and gives the same bits.
+TEST_P(MatMulTest, PackedEqualsUnpackedBitwise) {
+  const Isa saved = MatMulIsa();
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 64, 256}, {3, 24, 1024},
+                         {37, 40, 96}}) {
+    const Stored s = MakeWeight(GetParam(), n, k, 41);
+    Stored p = MakeWeight(GetParam(), n, k, 41);
+    PackInPlace(&p.w);
+    ASSERT_EQ(p.w.packed, CanPack(s.w));
+    std::vector<float> row(k), prow(k);
+    for (int64_t r = 0; r < n; r += 5) {
+      DequantizeRow(row.data(), s.w, r);
+      DequantizeRow(prow.data(), p.w, r);
+      ASSERT_EQ(row, prow) << "row " << r;
+    }
+    const std::vector<float> x = testing::RandomVector(m * k, 42);
+    for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kScalar}) {
+      if (!SetMatMulIsa(isa)) continue;
+      std::vector<float> y(m * n), py(m * n);
+      MatMul(y.data(), x.data(), s.w, m);
+      MatMul(py.data(), x.data(), p.w, m);
+      ASSERT_EQ(y, py) << IsaName(isa) << " " << m << "x" << n << "x" << k;
+      // A view of whole groups (as MLA takes W_UV) reads the same rows.
+      if (p.w.packed && n >= 2 * kPackRows) {
+        std::vector<float> v(m * kPackRows);
+        MatMul(v.data(), x.data(), p.w.Rows(kPackRows, kPackRows), m);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < kPackRows; ++j) ASSERT_EQ(v[i * kPackRows + j], y[i * n + kPackRows + j]);
+        }
+      }
+    }
+  }
+  SetMatMulIsa(saved);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, MatMulTest,

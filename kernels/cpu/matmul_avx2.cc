@@ -1,0 +1,270 @@
+// MatMul kernels for AVX2 + FMA + F16C, chosen at run time on machines without AVX-512. The 16
+// lanes of the canonical order (matmul_impl.h) are two 8-lane registers, so results equal the
+// AVX-512 path bit for bit.
+// GCC 12 reports its own _mm512_undefined_* helpers as uninitialised (a known false positive).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/matmul_impl.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,bmi,bmi2")
+
+namespace kimi::cpu::matmul_internal {
+namespace {
+
+struct V2 {
+  __m256 lo, hi;  // lanes 0..7, 8..15
+};
+
+inline V2 Zero2() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+
+struct Bf16Loader {
+  const uint16_t* base;
+  int64_t k;
+  static inline void Split(const uint16_t* p, V2& e, V2& o) {
+    const __m256i mask = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+    const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16));
+    e = {_mm256_castsi256_ps(_mm256_slli_epi32(v0, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(v1, 16))};
+    o = {_mm256_castsi256_ps(_mm256_and_si256(v0, mask)), _mm256_castsi256_ps(_mm256_and_si256(v1, mask))};
+  }
+  inline void Load(int64_t r, int64_t b, V2& e, V2& o) const { Split(base + r * k + b * 32, e, o); }
+  inline void LoadTail(int64_t r, int64_t b, int rem, V2& e, V2& o) const {
+    uint16_t buf[32] = {};
+    std::memcpy(buf, base + r * k + b * 32, rem * sizeof(uint16_t));
+    Split(buf, e, o);
+  }
+};
+
+struct F16Loader {
+  const uint16_t* base;
+  int64_t k;
+  static inline void Half(const uint16_t* p, __m256& e, __m256& o) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i even = _mm256_and_si256(v, _mm256_set1_epi32(0xffff));
+    const __m256i odd = _mm256_srli_epi32(v, 16);
+    // packus interleaves per 128-bit lane: [e0-3 o0-3 | e4-7 o4-7] -> [e0-7 | o0-7].
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(even, odd), 0xd8);
+    e = _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
+    o = _mm256_cvtph_ps(_mm256_extracti128_si256(packed, 1));
+  }
+  static inline void Split(const uint16_t* p, V2& e, V2& o) {
+    Half(p, e.lo, o.lo);
+    Half(p + 16, e.hi, o.hi);
+  }
+  inline void Load(int64_t r, int64_t b, V2& e, V2& o) const { Split(base + r * k + b * 32, e, o); }
+  inline void LoadTail(int64_t r, int64_t b, int rem, V2& e, V2& o) const {
+    uint16_t buf[32] = {};
+    std::memcpy(buf, base + r * k + b * 32, rem * sizeof(uint16_t));
+    Split(buf, e, o);
+  }
+};
+
+struct F32Loader {
+  const float* base;
+  int64_t k;
+  static inline void Half(const float* p, __m256& e, __m256& o) {
+    const __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8);
+    e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xd8));
+    o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xdd)), 0xd8));
+  }
+  static inline void Split(const float* p, V2& e, V2& o) {
+    Half(p, e.lo, o.lo);
+    Half(p + 16, e.hi, o.hi);
+  }
+  inline void Load(int64_t r, int64_t b, V2& e, V2& o) const { Split(base + r * k + b * 32, e, o); }
+  inline void LoadTail(int64_t r, int64_t b, int rem, V2& e, V2& o) const {
+    float buf[32] = {};
+    std::memcpy(buf, base + r * k + b * 32, rem * sizeof(float));
+    Split(buf, e, o);
+  }
+};
+
+struct Mxfp4Loader {
+  const uint8_t* packed;
+  const uint8_t* scales;
+  int64_t k;
+  // E2M1 magnitude from the low 3 bits (vpermps), sign from bit 3.
+  static inline __m256 Decode(__m256i codes, __m256 table) {
+    const __m256 mag = _mm256_permutevar8x32_ps(table, codes);
+    const __m256i sign = _mm256_and_si256(_mm256_slli_epi32(codes, 28),
+                                          _mm256_set1_epi32(static_cast<int>(0x80000000u)));
+    return _mm256_xor_ps(mag, _mm256_castsi256_ps(sign));
+  }
+  inline void Load(int64_t r, int64_t b, V2& e, V2& o) const {
+    const __m256 table = _mm256_mul_ps(_mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f),
+                                       _mm256_set1_ps(kE8m0[scales[r * (k / 32) + b]]));
+    const uint8_t* p = packed + r * (k / 2) + b * 16;
+    const __m256i c0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    const __m256i c1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)));
+    e = {Decode(c0, table), Decode(c1, table)};
+    o = {Decode(_mm256_srli_epi32(c0, 4), table), Decode(_mm256_srli_epi32(c1, 4), table)};
+  }
+  inline void LoadTail(int64_t, int64_t, int, V2& e, V2& o) const {  // k % 32 == 0
+    e = Zero2();
+    o = Zero2();
+  }
+};
+
+struct Bf16PackedLoader {
+  const uint16_t* base;
+  int64_t k;
+  inline void Load(int64_t r, int64_t b, V2& e, V2& o) const {
+    Bf16Loader::Split(base + (r / kPackRows) * kPackRows * k + b * 32 * kPackRows + (r % kPackRows) * 32, e, o);
+  }
+  inline void LoadTail(int64_t, int64_t, int, V2& e, V2& o) const {
+    e = Zero2();
+    o = Zero2();
+  }
+};
+
+struct Mxfp4PackedLoader {
+  const uint8_t* packed;
+  const uint8_t* scales;
+  int64_t k;
+  inline void Load(int64_t r, int64_t b, V2& e, V2& o) const {
+    const int64_t g = r / kPackRows, j = r % kPackRows;
+    const uint8_t s = scales[g * kPackRows * (k / 32) + b * kPackRows + j];
+    const __m256 table = _mm256_mul_ps(_mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f),
+                                       _mm256_set1_ps(kE8m0[s]));
+    const uint8_t* p = packed + g * kPackRows * (k / 2) + b * 16 * kPackRows + j * 16;
+    const __m256i c0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    const __m256i c1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)));
+    e = {Mxfp4Loader::Decode(c0, table), Mxfp4Loader::Decode(c1, table)};
+    o = {Mxfp4Loader::Decode(_mm256_srli_epi32(c0, 4), table),
+         Mxfp4Loader::Decode(_mm256_srli_epi32(c1, 4), table)};
+  }
+  inline void LoadTail(int64_t, int64_t, int, V2& e, V2& o) const {
+    e = Zero2();
+    o = Zero2();
+  }
+};
+
+inline float Reduce(V2 a) {
+  const __m256 s8 = _mm256_add_ps(a.lo, a.hi);
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  const __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
+  return _mm_cvtss_f32(s1);
+}
+
+template <int MR, int NR, class L>
+inline void Tile(const L& l, const float* xp, int64_t kp, float* y, int64_t ldy, int64_t n,
+                 int64_t full, int rem) {
+  V2 acc[MR][NR];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) acc[i][j] = Zero2();
+  }
+  const auto step = [&](const V2* we, const V2* wo, int64_t b) {
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      const float* x = xp + i * kp + b * 32;
+      const V2 xe{_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8)};
+      const V2 xo{_mm256_loadu_ps(x + 16), _mm256_loadu_ps(x + 24)};
+#pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j) {
+        acc[i][j].lo = _mm256_fmadd_ps(xe.lo, we[j].lo, acc[i][j].lo);
+        acc[i][j].hi = _mm256_fmadd_ps(xe.hi, we[j].hi, acc[i][j].hi);
+        acc[i][j].lo = _mm256_fmadd_ps(xo.lo, wo[j].lo, acc[i][j].lo);
+        acc[i][j].hi = _mm256_fmadd_ps(xo.hi, wo[j].hi, acc[i][j].hi);
+      }
+    }
+  };
+  for (int64_t b = 0; b < full; ++b) {
+    V2 we[NR], wo[NR];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) l.Load(n + j, b, we[j], wo[j]);
+    step(we, wo, b);
+  }
+  if (rem) {
+    V2 we[NR], wo[NR];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) l.LoadTail(n + j, full, rem, we[j], wo[j]);
+    step(we, wo, full);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) y[i * ldy + n + j] = Reduce(acc[i][j]);
+  }
+}
+
+template <int MR, class L>
+inline void RowStrip(const L& l, const Problem& p, int64_t i0, int64_t n0, int64_t n1,
+                     int64_t full, int rem) {
+  const float* xp = p.xp + i0 * p.kp;
+  float* y = p.y + i0 * p.ldy;
+  int64_t n = n0;
+  for (; n + 2 <= n1; n += 2) Tile<MR, 2>(l, xp, p.kp, y, p.ldy, n, full, rem);
+  for (; n < n1; ++n) Tile<MR, 1>(l, xp, p.kp, y, p.ldy, n, full, rem);
+}
+
+template <class L>
+void RangeWith(const L& l, const Problem& p, int64_t n0, int64_t n1) {
+  const int64_t k = p.w->cols, full = k / 32;
+  const int rem = static_cast<int>(k % 32);
+  if (p.m == 1) {
+    int64_t n = n0;
+    for (; n + 4 <= n1; n += 4) Tile<1, 4>(l, p.xp, p.kp, p.y, p.ldy, n, full, rem);
+    for (; n < n1; ++n) Tile<1, 1>(l, p.xp, p.kp, p.y, p.ldy, n, full, rem);
+    return;
+  }
+  int64_t mb = (int64_t{256} << 10) / (p.kp * 4);
+  mb = mb < 2 ? 2 : mb & ~int64_t{1};
+  for (int64_t i0 = 0; i0 < p.m; i0 += mb) {
+    const int64_t i1 = i0 + mb < p.m ? i0 + mb : p.m;
+    for (int64_t c0 = n0; c0 < n1; c0 += 16) {
+      const int64_t c1 = c0 + 16 < n1 ? c0 + 16 : n1;
+      int64_t i = i0;
+      for (; i + 2 <= i1; i += 2) RowStrip<2>(l, p, i, c0, c1, full, rem);
+      if (i < i1) RowStrip<1>(l, p, i, c0, c1, full, rem);
+    }
+  }
+}
+
+void Range(const Problem& p, int64_t n0, int64_t n1) {
+  const Weight& w = *p.w;
+  switch (w.format) {
+    case WeightFormat::kBF16:
+      if (w.packed) {
+        RangeWith(Bf16PackedLoader{static_cast<const uint16_t*>(w.data), w.cols}, p, n0, n1);
+      } else {
+        RangeWith(Bf16Loader{static_cast<const uint16_t*>(w.data), w.cols}, p, n0, n1);
+      }
+      return;
+    case WeightFormat::kF16:
+      RangeWith(F16Loader{static_cast<const uint16_t*>(w.data), w.cols}, p, n0, n1);
+      return;
+    case WeightFormat::kF32:
+      RangeWith(F32Loader{static_cast<const float*>(w.data), w.cols}, p, n0, n1);
+      return;
+    case WeightFormat::kMxfp4:
+      if (w.packed) {
+        RangeWith(Mxfp4PackedLoader{static_cast<const uint8_t*>(w.data), w.scales, w.cols}, p, n0,
+                  n1);
+      } else {
+        RangeWith(Mxfp4Loader{static_cast<const uint8_t*>(w.data), w.scales, w.cols}, p, n0, n1);
+      }
+      return;
+  }
+}
+
+}  // namespace
+
+#pragma GCC pop_options
+
+const Kernels* Avx2Kernels() {
+  static const Kernels k{"avx2", &Range};
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("f16c");
+  return ok ? &k : nullptr;
+}
+
+}  // namespace kimi::cpu::matmul_internal

@@ -1,0 +1,301 @@
+// MatMul kernels for AVX-512 (F, BW, DQ, VL), chosen at run time. The summation order is the
+// canonical one of matmul_impl.h. Only intrinsics and this file's own templates are used after the
+// target pragma, so no shared inline function is compiled for AVX-512 by accident.
+// GCC 12 reports its own _mm512_undefined_* helpers as uninitialised (a known false positive).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/cpu/matmul_impl.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,bmi,bmi2")
+
+namespace kimi::cpu::matmul_internal {
+namespace {
+
+// Loaders: block b of row r as two fp32 vectors, the even and the odd elements of the block.
+// LoadTail reads only the first `rem` (< 32) elements and zero-fills the rest.
+struct Bf16Loader {
+  const uint16_t* base;
+  int64_t k;
+  inline void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
+    const __m512i v = _mm512_loadu_si512(base + r * k + b * 32);
+    e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    o = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
+  inline void Prefetch(int64_t r, int64_t b) const { _mm_prefetch(reinterpret_cast<const char*>(base + r * k + b * 32), _MM_HINT_T0); }
+  int64_t RowBytes() const { return k * 2; }
+  inline void LoadTail(int64_t r, int64_t b, int rem, __m512& e, __m512& o) const {
+    const __m512i v = _mm512_maskz_loadu_epi16(_bzhi_u32(~0u, rem), base + r * k + b * 32);
+    e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    o = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
+};
+
+struct F16Loader {
+  const uint16_t* base;
+  int64_t k;
+  static inline void Split(__m512i v, __m512& e, __m512& o) {
+    e = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
+    o = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
+  }
+  inline void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
+    Split(_mm512_loadu_si512(base + r * k + b * 32), e, o);
+  }
+  inline void Prefetch(int64_t r, int64_t b) const { _mm_prefetch(reinterpret_cast<const char*>(base + r * k + b * 32), _MM_HINT_T0); }
+  int64_t RowBytes() const { return k * 2; }
+  inline void LoadTail(int64_t r, int64_t b, int rem, __m512& e, __m512& o) const {
+    Split(_mm512_maskz_loadu_epi16(_bzhi_u32(~0u, rem), base + r * k + b * 32), e, o);
+  }
+};
+
+struct F32Loader {
+  const float* base;
+  int64_t k;
+  static inline void Split(__m512 lo, __m512 hi, __m512& e, __m512& o) {
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    e = _mm512_permutex2var_ps(lo, ie, hi);
+    o = _mm512_permutex2var_ps(lo, io, hi);
+  }
+  inline void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
+    const float* p = base + r * k + b * 32;
+    Split(_mm512_loadu_ps(p), _mm512_loadu_ps(p + 16), e, o);
+  }
+  inline void Prefetch(int64_t r, int64_t b) const {
+    _mm_prefetch(reinterpret_cast<const char*>(base + r * k + b * 32), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(base + r * k + b * 32 + 16), _MM_HINT_T0);
+  }
+  int64_t RowBytes() const { return k * 4; }
+  inline void LoadTail(int64_t r, int64_t b, int rem, __m512& e, __m512& o) const {
+    const float* p = base + r * k + b * 32;
+    const __mmask16 m0 = static_cast<__mmask16>(_bzhi_u32(0xffffu, rem));
+    const __mmask16 m1 = static_cast<__mmask16>(_bzhi_u32(0xffffu, rem > 16 ? rem - 16 : 0));
+    Split(_mm512_maskz_loadu_ps(m0, p), _mm512_maskz_loadu_ps(m1, p + 16), e, o);
+  }
+};
+
+struct Mxfp4Loader {
+  const uint8_t* packed;  // [rows, k/2]
+  const uint8_t* scales;  // [rows, k/32]
+  int64_t k;
+  inline void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
+    const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
+                                        -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+    const __m512 scaled = _mm512_mul_ps(table, _mm512_set1_ps(kE8m0[scales[r * (k / 32) + b]]));
+    const __m512i codes = _mm512_cvtepu8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + r * (k / 2) + b * 16)));
+    // vpermps reads only the low 4 bits of each index: the low nibble needs no mask.
+    e = _mm512_permutexvar_ps(codes, scaled);
+    o = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), scaled);
+  }
+  inline void Prefetch(int64_t r, int64_t b) const {
+    _mm_prefetch(reinterpret_cast<const char*>(packed + r * (k / 2) + b * 16), _MM_HINT_T0);
+    if (b % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(scales + r * (k / 32) + b), _MM_HINT_T0);
+  }
+  int64_t RowBytes() const { return k / 2 + k / 32; }
+  inline void LoadTail(int64_t, int64_t, int, __m512& e, __m512& o) const {  // k % 32 == 0
+    e = _mm512_setzero_ps();
+    o = _mm512_setzero_ps();
+  }
+};
+
+// Packed layouts (kernels/cpu/pack.h): a group of kPackRows rows is one linear stream.
+struct Bf16PackedLoader {
+  const uint16_t* base;
+  int64_t k;
+  inline const uint16_t* At(int64_t r, int64_t b) const {
+    return base + (r / kPackRows) * kPackRows * k + b * 32 * kPackRows + (r % kPackRows) * 32;
+  }
+  inline void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
+    const __m512i v = _mm512_loadu_si512(At(r, b));
+    e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    o = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
+  inline void Prefetch(int64_t, int64_t) const {}
+  int64_t RowBytes() const { return k * 2; }
+  inline void LoadTail(int64_t, int64_t, int, __m512& e, __m512& o) const {  // k % 32 == 0
+    e = _mm512_setzero_ps();
+    o = _mm512_setzero_ps();
+  }
+};
+
+struct Mxfp4PackedLoader {
+  const uint8_t* packed;
+  const uint8_t* scales;
+  int64_t k;
+  inline void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
+    const int64_t g = r / kPackRows, j = r % kPackRows;
+    const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
+                                        -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+    const uint8_t s = scales[g * kPackRows * (k / 32) + b * kPackRows + j];
+    const __m512 scaled = _mm512_mul_ps(table, _mm512_set1_ps(kE8m0[s]));
+    const __m512i codes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
+        packed + g * kPackRows * (k / 2) + b * 16 * kPackRows + j * 16)));
+    e = _mm512_permutexvar_ps(codes, scaled);
+    o = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), scaled);
+  }
+  inline void Prefetch(int64_t, int64_t) const {}
+  int64_t RowBytes() const { return k / 2 + k / 32; }
+  inline void LoadTail(int64_t, int64_t, int, __m512& e, __m512& o) const {
+    e = _mm512_setzero_ps();
+    o = _mm512_setzero_ps();
+  }
+};
+
+// The canonical pairwise lane sum: lanes j += j + 8, then + 4, + 2, + 1.
+inline float Reduce(__m512 a) {
+  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  const __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
+  return _mm_cvtss_f32(s1);
+}
+
+// y[i, n + j] for i < MR, j < NR: MR rows of xp against NR rows of W, the whole of K.
+// With `ahead` > 0, block b of rows n + ahead .. n + ahead + NR - 1 is prefetched while block b of
+// this tile is read: the weights of a later tile arrive while this one computes. Rows of a few KiB
+// are too short for the hardware prefetcher to lock on by itself.
+template <int MR, int NR, class L>
+inline void Tile(const L& l, const float* xp, int64_t kp, float* y, int64_t ldy, int64_t n,
+                 int64_t full, int rem, int64_t ahead = 0) {
+  __m512 acc[MR][NR];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
+  const auto step = [&](const __m512* we, const __m512* wo, int64_t b) {
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m512 xe = _mm512_loadu_ps(xp + i * kp + b * 32);
+      const __m512 xo = _mm512_loadu_ps(xp + i * kp + b * 32 + 16);
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) {
+        acc[i][j] = _mm512_fmadd_ps(xe, we[j], acc[i][j]);
+        acc[i][j] = _mm512_fmadd_ps(xo, wo[j], acc[i][j]);
+      }
+    }
+  };
+  for (int64_t b = 0; b < full; ++b) {
+    __m512 we[NR], wo[NR];
+    if (ahead > 0) {
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) l.Prefetch(n + ahead + j, b);
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) l.Load(n + j, b, we[j], wo[j]);
+    step(we, wo, b);
+  }
+  if (rem) {
+    __m512 we[NR], wo[NR];
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) l.LoadTail(n + j, full, rem, we[j], wo[j]);
+    step(we, wo, full);
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) y[i * ldy + n + j] = Reduce(acc[i][j]);
+  }
+}
+
+// Rows [i0, i0 + MR) of the problem against W rows [n0, n1): tiles of 4 W rows, then single rows.
+template <int MR, class L>
+inline void RowStrip(const L& l, const Problem& p, int64_t i0, int64_t n0, int64_t n1,
+                     int64_t full, int rem, int64_t ahead) {
+  const float* xp = p.xp + i0 * p.kp;
+  float* y = p.y + i0 * p.ldy;
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4) Tile<MR, 4>(l, xp, p.kp, y, p.ldy, n, full, rem, ahead);
+  for (; n < n1; ++n) Tile<MR, 1>(l, xp, p.kp, y, p.ldy, n, full, rem);
+}
+
+template <class L>
+void RangeWith(const L& l, const Problem& p, int64_t n0, int64_t n1) {
+  const int64_t k = p.w->cols, full = k / 32;
+  const int rem = static_cast<int>(k % 32);
+  // Prefetch distance in rows: at least 8 KiB of weights ahead.
+  const int64_t row_bytes = l.RowBytes();
+  const int64_t ahead_rows = (8192 + row_bytes - 1) / row_bytes;
+  if (p.m == 1) {
+    // Decode: 8 rows of W in flight, x stays in registers' reach.
+    const int64_t ahead = ahead_rows < 8 ? 8 : ahead_rows;
+    int64_t n = n0;
+    for (; n + 8 <= n1; n += 8) Tile<1, 8>(l, p.xp, p.kp, p.y, p.ldy, n, full, rem, ahead);
+    for (; n < n1; ++n) Tile<1, 1>(l, p.xp, p.kp, p.y, p.ldy, n, full, rem);
+    return;
+  }
+  // Blocks of x rows that stay in L2 (~256 KiB) while W tiles stream past them; W is read from
+  // memory once per block (once in total for m up to a few dozen rows).
+  int64_t mb = (int64_t{256} << 10) / (p.kp * 4);
+  mb = mb < 4 ? 4 : mb & ~int64_t{3};
+  for (int64_t i0 = 0; i0 < p.m; i0 += mb) {
+    const int64_t i1 = i0 + mb < p.m ? i0 + mb : p.m;
+    for (int64_t c0 = n0; c0 < n1; c0 += 16) {  // 16 W rows (a few KiB..64 KiB) stay in L1/L2
+      const int64_t c1 = c0 + 16 < n1 ? c0 + 16 : n1;
+      // The first strip of x rows pulls the W chunk from memory: it prefetches ahead.
+      const int64_t ahead = ahead_rows < 16 ? 16 : ahead_rows;
+      int64_t i = i0;
+      for (; i + 4 <= i1; i += 4) RowStrip<4>(l, p, i, c0, c1, full, rem, i == i0 ? ahead : 0);
+      const int64_t first = i == i0 ? ahead : 0;
+      switch (i1 - i) {
+        case 3:
+          RowStrip<3>(l, p, i, c0, c1, full, rem, first);
+          break;
+        case 2:
+          RowStrip<2>(l, p, i, c0, c1, full, rem, first);
+          break;
+        case 1:
+          RowStrip<1>(l, p, i, c0, c1, full, rem, first);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+}
+
+void Range(const Problem& p, int64_t n0, int64_t n1) {
+  const Weight& w = *p.w;
+  switch (w.format) {
+    case WeightFormat::kBF16:
+      if (w.packed) {
+        RangeWith(Bf16PackedLoader{static_cast<const uint16_t*>(w.data), w.cols}, p, n0, n1);
+      } else {
+        RangeWith(Bf16Loader{static_cast<const uint16_t*>(w.data), w.cols}, p, n0, n1);
+      }
+      return;
+    case WeightFormat::kF16:
+      RangeWith(F16Loader{static_cast<const uint16_t*>(w.data), w.cols}, p, n0, n1);
+      return;
+    case WeightFormat::kF32:
+      RangeWith(F32Loader{static_cast<const float*>(w.data), w.cols}, p, n0, n1);
+      return;
+    case WeightFormat::kMxfp4:
+      if (w.packed) {
+        RangeWith(Mxfp4PackedLoader{static_cast<const uint8_t*>(w.data), w.scales, w.cols}, p, n0,
+                  n1);
+      } else {
+        RangeWith(Mxfp4Loader{static_cast<const uint8_t*>(w.data), w.scales, w.cols}, p, n0, n1);
+      }
+      return;
+  }
+}
+
+}  // namespace
+
+#pragma GCC pop_options
+
+const Kernels* Avx512Kernels() {
+  static const Kernels k{"avx512", &Range};
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                         __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return ok ? &k : nullptr;
+}
+
+}  // namespace kimi::cpu::matmul_internal

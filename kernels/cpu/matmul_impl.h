@@ -1,0 +1,52 @@
+// Private to kernels/cpu: the MatMul kernels of each instruction set behind one table.
+//
+// The canonical summation order (every path computes exactly this, so a result never depends on
+// m, on the tile an output lands in, or on the thread split; AVX-512 and AVX2 agree bit for bit):
+//   K is zero-padded to Kp = 32 * ceil(K / 32). Block b holds elements [32b, 32b + 32). Lane j
+//   (0..15) of a 16-lane accumulator takes, block after block,
+//       acc[j] = fma(x[32b + 2j], w[32b + 2j], acc[j]);  acc[j] = fma(x[32b + 2j + 1], w[...], acc[j])
+//   and the 16 lanes are then summed pairwise: acc[j] += acc[j + w] for w = 8, 4, 2, 1.
+//   MXFP4 weights enter as the exact fp32 product E2M1(code) * 2^(scale - 127).
+// The even/odd split matches how the stored formats unpack: a bf16 pair in one 32-bit word, two
+// E2M1 codes in one byte. To make it a plain vector load, x is first permuted per 32-block into
+// [16 even elements | 16 odd elements] ("xp", row stride Kp), zero-padded.
+// The scalar fallback uses the same order without fused multiply-add (machines without FMA).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/weight.h"
+
+namespace kimi::cpu::matmul_internal {
+
+struct Problem {
+  float* y;
+  int64_t ldy;
+  const float* xp;  // [m, kp], permuted and padded (see above)
+  int64_t kp;
+  const Weight* w;
+  int64_t m;
+};
+
+// Computes y[i, n] for all i < m and n in [n0, n1).
+using RangeFn = void (*)(const Problem& p, int64_t n0, int64_t n1);
+
+struct Kernels {
+  const char* name;
+  RangeFn range;
+};
+
+// nullptr when the instruction set is missing (build or machine).
+const Kernels* Avx512Kernels();
+const Kernels* Avx2Kernels();
+const Kernels* ScalarKernels();
+
+// xp[kp] = x[k] in the canonical layout.
+void PermuteRow(float* xp, const float* x, int64_t k, int64_t kp);
+
+// 2^(s-127) for every E8M0 byte (255: NaN, 0: 2^-127).
+extern const float* const kE8m0;
+// E2M1 code -> value.
+extern const float kE2m1[16];
+
+}  // namespace kimi::cpu::matmul_internal
