@@ -15,8 +15,8 @@ using layers::StepLayout;
 
 absl::Status Validate(const ModelConfig& c, std::span<const SequenceStep> batch,
                       const EngineState& state) {
-  const bool has_kda = c.NumLayersOf(LayerKind::kKda) > 0;
-  const bool has_mla = c.NumLayersOf(LayerKind::kMla) > 0;
+  const bool has_kda = c.StageLayersOf(LayerKind::kKda) > 0;
+  const bool has_mla = c.StageLayersOf(LayerKind::kMla) > 0;
   if (has_kda && !state.kda) return absl::InvalidArgumentError("Step: no KDA state pool");
   if (has_mla && !state.kv) return absl::InvalidArgumentError("Step: no MLA KV cache");
   std::vector<char> slot_used(has_kda ? state.kda->num_slots() : 0, 0);
@@ -98,12 +98,32 @@ struct Residual {
   }
 };
 
+// Message tags of pipeline traffic (world communicator).
+constexpr int kTagActivations = 11;
+constexpr int kTagLogits = 12;
+
+// The sequence of rows that get logits, in batch order.
+std::vector<int64_t> LogitRows(std::span<const SequenceStep> batch, const StepLayout& layout,
+                               std::vector<int64_t>* first_row) {
+  std::vector<int64_t> rows;
+  first_row->assign(batch.size(), -1);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SeqSpan& s = layout.seqs[i];
+    if (batch[i].logits == LogitsWanted::kNone) continue;
+    (*first_row)[i] = static_cast<int64_t>(rows.size());
+    const int64_t from = batch[i].logits == LogitsWanted::kAll ? 0 : s.count - 1;
+    for (int64_t t = from; t < s.count; ++t) rows.push_back(s.offset + t);
+  }
+  return rows;
+}
+
 }  // namespace
 
 absl::Status Engine::Step(std::span<const SequenceStep> batch, EngineState& state,
                           StepOutput* out) const {
   const ModelConfig& c = model_.config();
   const ModelWeights& w = model_.weights();
+  const Shard& sh = model_.shard();
   if (absl::Status s = Validate(c, batch, state); !s.ok()) return s;
 
   StepLayout layout;
@@ -115,55 +135,124 @@ absl::Status Engine::Step(std::span<const SequenceStep> batch, EngineState& stat
     tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
   }
   const int64_t T = layout.tokens, d = c.hidden;
+  layers::Split split;
+  if (sh.layout.group() > 1) {
+    split.stage = comms_.stage;
+    split.heads = split.mlp = sh.tp_size() > 1;
+    split.shared = sh.tp_size() > 1 && sh.ep_size() == 1;
+    split.experts = sh.tp_size() > 1 || sh.ep_size() > 1;
+  }
 
   Residual r{c, T, std::vector<float>(T * d), {}, 0, {}};
   if (r.attn_res()) {
     r.bank.assign(T * r.stride(), 0.0f);
     r.mix.resize(T * d);
   }
-  for (int64_t t = 0; t < T; ++t) cpu::DequantizeRow(&r.hidden[t * d], w.embed, tokens[t]);
+  // The residual state entering this stage: the embedding, or what the previous stage sent (the
+  // partial sum, then the banked AttnRes rows; how many are banked follows from the layer index).
+  if (sh.first_stage()) {
+    for (int64_t t = 0; t < T; ++t) cpu::DequantizeRow(&r.hidden[t * d], w.embed, tokens[t]);
+  } else {
+    const int prev = sh.RankOf(sh.stage - 1, sh.local);
+    if (absl::Status s = comms_.world->Recv(r.hidden.data(), T * d * 4, prev, kTagActivations);
+        !s.ok()) {
+      return s;
+    }
+    if (r.attn_res()) {
+      r.banked = (sh.first_layer + c.attn_res_block - 1) / c.attn_res_block;
+      if (absl::Status s = comms_.world->Recv(r.bank.data(), T * r.stride() * 4, prev,
+                                              kTagActivations);
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
 
   std::vector<float> normed(T * d), y(T * d);
-  for (int64_t l = 0; l < c.num_layers; ++l) {
+  for (int64_t l = sh.first_layer; l < sh.end_layer; ++l) {
     const LayerWeights& L = w.layers[l];
     const float* in = r.Input(L.attn_res_attn);
     const bool restart = r.CloseBlockIfDue(l);
     cpu::RmsNorm(normed.data(), in, L.input_norm, T, d, c.rms_eps);
-    if (c.layer_kinds[l] == LayerKind::kKda) {
-      layers::Kda(c, L.kda, c.KindIndex(l), normed.data(), y.data(), layout, *state.kda);
-    } else {
-      layers::Mla(c, L.mla, c.KindIndex(l), normed.data(), y.data(), layout, *state.kv);
-    }
+    const absl::Status mixed =
+        c.layer_kinds[l] == LayerKind::kKda
+            ? layers::Kda(c, L.kda, c.StageIndex(l), normed.data(), y.data(), layout, *state.kda,
+                          split)
+            : layers::Mla(c, L.mla, c.StageIndex(l), normed.data(), y.data(), layout, *state.kv,
+                          split);
+    if (!mixed.ok()) return mixed;
     r.Add(y.data(), restart);
 
     in = r.Input(L.attn_res_mlp);
     cpu::RmsNorm(normed.data(), in, L.post_norm, T, d, c.rms_eps);
     if (L.is_moe) {
-      layers::Moe(c, L.moe, normed.data(), y.data(), T);
+      if (absl::Status s = layers::Moe(c, L.moe, normed.data(), y.data(), T, split); !s.ok()) {
+        return s;
+      }
     } else {
       layers::GatedMlp(c, L.mlp, normed.data(), y.data(), T);
+      if (split.mlp) {
+        if (absl::Status s = split.Reduce(y.data(), T * d); !s.ok()) return s;
+      }
     }
     r.Add(y.data(), /*restart=*/false);
   }
 
-  // Rows that need logits, then the final (mix,) norm and lm_head on those rows only.
   out->vocab = c.vocab;
-  out->first_row.assign(batch.size(), -1);
-  std::vector<int64_t> rows;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const SeqSpan& s = layout.seqs[i];
-    if (batch[i].logits == LogitsWanted::kNone) continue;
-    out->first_row[i] = static_cast<int64_t>(rows.size());
-    const int64_t from = batch[i].logits == LogitsWanted::kAll ? 0 : s.count - 1;
-    for (int64_t t = from; t < s.count; ++t) rows.push_back(s.offset + t);
-  }
-  const float* final_in = r.Input(w.attn_res_out);
-  std::vector<float> picked(rows.size() * d);
-  for (size_t i = 0; i < rows.size(); ++i) std::copy_n(final_in + rows[i] * d, d, &picked[i * d]);
+  const std::vector<int64_t> rows = LogitRows(batch, layout, &out->first_row);
   const int64_t n = static_cast<int64_t>(rows.size());
+  out->logits.clear();
+  if (!sh.last_stage()) {
+    const int next = sh.RankOf(sh.stage + 1, sh.local);
+    if (absl::Status s = comms_.world->Send(r.hidden.data(), T * d * 4, next, kTagActivations);
+        !s.ok()) {
+      return s;
+    }
+    if (r.attn_res()) {
+      if (absl::Status s = comms_.world->Send(r.bank.data(), T * r.stride() * 4, next,
+                                              kTagActivations);
+          !s.ok()) {
+        return s;
+      }
+    }
+    // Rank 0 (first stage, first position) gets the logits from the last stage.
+    if (sh.rank == 0) {
+      out->logits.resize(n * c.vocab);
+      return comms_.world->Recv(out->logits.data(), n * c.vocab * 4,
+                                sh.RankOf(sh.layout.pp - 1, 0), kTagLogits);
+    }
+    return absl::OkStatus();
+  }
+
+  // The final (mix,) norm and lm_head on the rows that need logits only.
+  const float* final_in = r.Input(w.attn_res_out);
+  std::vector<float> picked(n * d);
+  for (int64_t i = 0; i < n; ++i) std::copy_n(final_in + rows[i] * d, d, &picked[i * d]);
   cpu::RmsNorm(picked.data(), picked.data(), w.final_norm, n, d, c.rms_eps);
-  out->logits.resize(n * c.vocab);
-  cpu::MatMul(out->logits.data(), picked.data(), w.lm_head, n);
+  const int g = sh.layout.group();
+  if (g == 1) {
+    out->logits.resize(n * c.vocab);
+    cpu::MatMul(out->logits.data(), picked.data(), w.lm_head, n);
+  } else {
+    // Each rank of the stage holds a chunk of the vocabulary; gather and interleave the chunks.
+    const int64_t chunk = w.lm_head_rows_per_rank;
+    std::vector<float> mine(n * chunk, 0.0f), all(g * n * chunk);
+    cpu::MatMul(mine.data(), chunk, picked.data(), d, w.lm_head, n);
+    if (absl::Status s = comms_.stage->AllGather(mine.data(), n * chunk, all.data()); !s.ok()) {
+      return s;
+    }
+    out->logits.resize(n * c.vocab);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int k = 0; k < g; ++k) {
+        const int64_t v0 = k * chunk, count = std::min<int64_t>(chunk, c.vocab - v0);
+        if (count <= 0) continue;
+        std::copy_n(&all[(k * n + i) * chunk], count, &out->logits[i * c.vocab + v0]);
+      }
+    }
+  }
+  if (sh.layout.pp > 1 && sh.local == 0) {
+    return comms_.world->Send(out->logits.data(), n * c.vocab * 4, 0, kTagLogits);
+  }
   return absl::OkStatus();
 }
 

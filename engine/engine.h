@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/comm/communicator.h"
 #include "engine/state.h"
 #include "engine/weights.h"
 
@@ -38,12 +39,20 @@ struct StepOutput {
   std::vector<int64_t> first_row;    // per sequence: its first row in `logits`, -1 if none
 };
 
+// The collectives of a sharded engine (see engine/parallel.h); unused in one process.
+struct EngineComms {
+  Communicator* stage = nullptr;  // the ranks of this rank's pipeline stage
+  Communicator* world = nullptr;  // every rank: pipeline activations, logits to rank 0
+};
+
 class Engine {
  public:
-  explicit Engine(const Model& model) : model_(model) {}
+  explicit Engine(const Model& model, EngineComms comms = {}) : model_(model), comms_(comms) {}
 
   // Runs one step. Invalid input (token id out of range, slot or page missing) returns
-  // InvalidArgument before any state is touched.
+  // InvalidArgument before any state is touched. Sharded: every rank calls Step with the same
+  // batch; rank 0 gets the logits (other ranks return none), and a failed collective returns
+  // its status (the caller ends the job: the ranks are out of step).
   absl::Status Step(std::span<const SequenceStep> batch, EngineState& state,
                     StepOutput* out) const;
 
@@ -51,6 +60,7 @@ class Engine {
 
  private:
   const Model& model_;
+  EngineComms comms_;
 };
 
 }  // namespace kimi

@@ -29,7 +29,13 @@ void GatedMlp(const ModelConfig& c, const MlpWeights& w, const float* x, float* 
 // Each expert runs once over all tokens routed to it, so its weights are read once per step. A
 // token's expert outputs are added in ascending expert id, an order set by the token's own
 // routing: results do not depend on the rest of the batch.
-void Moe(const ModelConfig& c, const MoeWeights& w, const float* x, float* out, int64_t rows) {
+//
+// Split over ranks (routed experts by owner, or each expert's columns), every rank adds the
+// experts it holds, and the routed sum is reduced before the latent RMSNorm (a norm of partial
+// sums is not the norm of the sum). Shared experts are split like dense MLPs under tp alone and
+// replicated when experts are parallel.
+absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, float* out,
+                 int64_t rows, const Split& split) {
   using namespace kimi::cpu;
   const MoeConfig& m = c.moe;
   const int64_t T = rows, E = m.num_experts, k = m.top_k, D = c.ExpertDim();
@@ -56,7 +62,7 @@ void Moe(const ModelConfig& c, const MoeWeights& w, const float* x, float* out, 
   std::vector<float> y(T * D, 0.0f), in, res;
   for (int64_t e = 0; e < E; ++e) {
     const auto& list = routed[e];
-    if (list.empty()) continue;
+    if (list.empty() || !w.experts[e].gate.data) continue;  // none routed, or another rank's
     const int64_t n = static_cast<int64_t>(list.size());
     in.resize(n * D);
     res.resize(n * D);
@@ -68,17 +74,33 @@ void Moe(const ModelConfig& c, const MoeWeights& w, const float* x, float* out, 
       for (int64_t d = 0; d < D; ++d) yt[d] += wt * res[i * D + d];
     }
   }
+  const int64_t d = c.hidden;
+  std::vector<float> shared;
+  if (w.shared.gate.data) {
+    shared.resize(T * d);
+    GatedMlp(c, w.shared, x, shared.data(), T);
+  }
+  // With shared experts split like the routed ones and no latent, one reduction covers both.
+  const bool fold_shared = split.shared && m.latent_dim == 0 && !shared.empty();
+  if (fold_shared) {
+    for (int64_t i = 0; i < T * d; ++i) y[i] += shared[i];
+  }
+  if (split.experts) {
+    if (absl::Status s = split.Reduce(y.data(), T * D); !s.ok()) return s;
+  }
   if (m.latent_dim > 0) {
     if (m.latent_norm) RmsNorm(y.data(), y.data(), w.latent_norm, T, D, c.rms_eps);
     MatMul(out, y.data(), w.latent_up, T);
   } else {
     std::copy(y.begin(), y.end(), out);
   }
-  if (w.shared.gate.data) {
-    std::vector<float> shared(T * c.hidden);
-    GatedMlp(c, w.shared, x, shared.data(), T);
-    for (int64_t i = 0; i < T * c.hidden; ++i) out[i] += shared[i];
+  if (!shared.empty() && !fold_shared) {
+    if (split.shared) {
+      if (absl::Status s = split.Reduce(shared.data(), T * d); !s.ok()) return s;
+    }
+    for (int64_t i = 0; i < T * d; ++i) out[i] += shared[i];
   }
+  return absl::OkStatus();
 }
 
 }  // namespace kimi::layers

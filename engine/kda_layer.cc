@@ -11,8 +11,8 @@
 
 namespace kimi::layers {
 
-void Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, const float* x, float* out,
-         const StepLayout& layout, KdaStatePool& pool) {
+absl::Status Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, const float* x,
+                 float* out, const StepLayout& layout, KdaStatePool& pool, const Split& split) {
   using namespace kimi::cpu;
   const int64_t T = layout.tokens;
   const int64_t H = c.kda.num_heads, K = c.kda.head_dim, P = c.kda.projection();
@@ -72,6 +72,7 @@ void Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, const flo
   RmsNorm(o.data(), o.data(), w.o_norm, T * H, K, c.rms_eps);
   for (int64_t i = 0; i < T * P; ++i) o[i] *= Sigmoid(g[i]);
   MatMul(out, o.data(), w.o_proj, T);
+  return split.heads ? split.Reduce(out, T * c.hidden) : absl::OkStatus();
 }
 
 }  // namespace kimi::layers

@@ -6,9 +6,25 @@
 #include <span>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "engine/comm/communicator.h"
 #include "engine/engine.h"
 
 namespace kimi::layers {
+
+// How this rank's sublayers are split inside its pipeline stage (see engine/parallel.h). A split
+// sublayer computes a partial sum that `Reduce` completes over the stage.
+struct Split {
+  Communicator* stage = nullptr;  // null in one process
+  bool heads = false;    // attention heads over tp: o_proj partial sums
+  bool mlp = false;      // dense MLP columns over tp
+  bool shared = false;   // shared-expert columns over tp (when experts are not parallel)
+  bool experts = false;  // routed experts over ep, or each expert's columns over tp
+
+  absl::Status Reduce(float* data, int64_t count) const {
+    return stage ? stage->AllReduceSum(data, count) : absl::OkStatus();
+  }
+};
 
 // Where each sequence's tokens sit in the step's token-major buffers; built once per step.
 struct SeqSpan {
@@ -24,14 +40,17 @@ struct StepLayout {
   std::vector<SeqSpan> seqs;
 };
 
-// x, out: [T, hidden].
-void Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, const float* x, float* out,
-         const StepLayout& layout, KdaStatePool& pool);
-void Mla(const ModelConfig& c, const MlaWeights& w, int64_t mla_index, const float* x, float* out,
-         const StepLayout& layout, MlaKvCache& cache);
-// Gated MLP on rows of width w.gate.cols: out [rows, w.down.rows].
+// x, out: [T, hidden]. `c` is the rank's view (ShardConfig): head counts are this rank's.
+// The outputs are complete (reduced over the stage) on return.
+absl::Status Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, const float* x,
+                 float* out, const StepLayout& layout, KdaStatePool& pool, const Split& split);
+absl::Status Mla(const ModelConfig& c, const MlaWeights& w, int64_t mla_index, const float* x,
+                 float* out, const StepLayout& layout, MlaKvCache& cache, const Split& split);
+// Gated MLP on rows of width w.gate.cols: out [rows, w.down.rows]. Never reduces (a split
+// caller reduces).
 void GatedMlp(const ModelConfig& c, const MlpWeights& w, const float* x, float* out,
               int64_t rows);
-void Moe(const ModelConfig& c, const MoeWeights& w, const float* x, float* out, int64_t rows);
+absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, float* out,
+                 int64_t rows, const Split& split);
 
 }  // namespace kimi::layers

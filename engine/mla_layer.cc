@@ -12,8 +12,8 @@
 
 namespace kimi::layers {
 
-void Mla(const ModelConfig& c, const MlaWeights& w, int64_t mla_index, const float* x, float* out,
-         const StepLayout& layout, MlaKvCache& cache) {
+absl::Status Mla(const ModelConfig& c, const MlaWeights& w, int64_t mla_index, const float* x,
+                 float* out, const StepLayout& layout, MlaKvCache& cache, const Split& split) {
   using namespace kimi::cpu;
   const MlaConfig& m = c.mla;
   const int64_t T = layout.tokens, H = m.num_heads, qk = m.qk_head_dim();
@@ -52,6 +52,7 @@ void Mla(const ModelConfig& c, const MlaWeights& w, int64_t mla_index, const flo
     for (size_t i = 0; i < o.size(); ++i) o[i] *= Sigmoid(gate[i]);
   }
   MatMul(out, o.data(), w.o_proj, T);
+  return split.heads ? split.Reduce(out, T * c.hidden) : absl::OkStatus();
 }
 
 }  // namespace kimi::layers

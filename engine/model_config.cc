@@ -322,6 +322,16 @@ int64_t ModelConfig::KindIndex(int64_t layer) const {
   return std::count(layer_kinds.begin(), layer_kinds.begin() + layer, layer_kinds[layer]);
 }
 
+int64_t ModelConfig::StageLayersOf(LayerKind kind) const {
+  return std::count(layer_kinds.begin() + stage_first_layer, layer_kinds.begin() + StageEnd(),
+                    kind);
+}
+
+int64_t ModelConfig::StageIndex(int64_t layer) const {
+  return std::count(layer_kinds.begin() + stage_first_layer, layer_kinds.begin() + layer,
+                    layer_kinds[layer]);
+}
+
 int64_t ModelConfig::AttnResBankRows() const {
   return attn_res_block > 0 ? (num_layers + attn_res_block - 1) / attn_res_block : 0;
 }

@@ -76,13 +76,22 @@ struct ModelConfig {
   MlaConfig mla;
   MoeConfig moe;
   std::vector<std::string> notes;  // things skipped or defaulted, for the caller to log
+  // The layers this process runs (a pipeline stage; all of them in one process). Layer indices
+  // stay global; per-request state exists only for these layers.
+  int64_t stage_first_layer = 0;
+  int64_t stage_end_layer = -1;  // -1: num_layers
 
   bool IsMoeLayer(int64_t layer) const {
     return moe.num_experts > 0 && layer >= moe.first_dense && layer % moe.layer_freq == 0;
   }
   int64_t NumLayersOf(LayerKind kind) const;
-  // Index of `layer` among the layers of its kind (its slot in per-kind state).
+  // Index of `layer` among the layers of its kind.
   int64_t KindIndex(int64_t layer) const;
+  int64_t StageEnd() const { return stage_end_layer < 0 ? num_layers : stage_end_layer; }
+  // Layers of `kind` in this process's stage, and a stage layer's index among them (its slot in
+  // the per-request state pools).
+  int64_t StageLayersOf(LayerKind kind) const;
+  int64_t StageIndex(int64_t layer) const;
   // AttnRes bank rows per token: ceil(num_layers / block) (row 0 = embedding), 0 without AttnRes.
   int64_t AttnResBankRows() const;
   // Width of routed experts' input/output (latent or hidden).

@@ -22,7 +22,7 @@ ZeroedBuffer::~ZeroedBuffer() {
 
 KdaStatePool::KdaStatePool(const ModelConfig& c, int64_t num_slots)
     : num_slots_(num_slots),
-      layers_(c.NumLayersOf(LayerKind::kKda)),
+      layers_(c.StageLayersOf(LayerKind::kKda)),
       recurrent_(c.kda.num_heads * c.kda.head_dim * c.kda.head_dim),
       per_layer_(recurrent_ + 3 * (c.kda.conv_kernel - 1) * c.kda.projection()),
       data_(num_slots * layers_ * per_layer_) {}
@@ -30,7 +30,7 @@ KdaStatePool::KdaStatePool(const ModelConfig& c, int64_t num_slots)
 int64_t KdaStatePool::SlotBytes(const ModelConfig& c) {
   const int64_t per_layer = c.kda.num_heads * c.kda.head_dim * c.kda.head_dim +
                             3 * (c.kda.conv_kernel - 1) * c.kda.projection();
-  return c.NumLayersOf(LayerKind::kKda) * per_layer * static_cast<int64_t>(sizeof(float));
+  return c.StageLayersOf(LayerKind::kKda) * per_layer * static_cast<int64_t>(sizeof(float));
 }
 
 void KdaStatePool::Clear(int64_t slot) {
@@ -51,14 +51,14 @@ void KdaStatePool::LoadSlot(int64_t slot, const float* in) {
 }
 
 MlaKvCache::MlaKvCache(const ModelConfig& c, int64_t num_pages, int64_t page_size)
-    : layers_(c.NumLayersOf(LayerKind::kMla)),
+    : layers_(c.StageLayersOf(LayerKind::kMla)),
       num_pages_(num_pages),
       page_size_(page_size),
       width_(c.mla.cache_width()),
       data_(layers_ * num_pages * page_size * width_) {}
 
 int64_t MlaKvCache::BytesPerToken(const ModelConfig& c) {
-  return c.NumLayersOf(LayerKind::kMla) * c.mla.cache_width() *
+  return c.StageLayersOf(LayerKind::kMla) * c.mla.cache_width() *
          static_cast<int64_t>(sizeof(float));
 }
 

@@ -6,6 +6,9 @@
 //   MlaKvCache:   pages of `page_size` positions; per MLA layer [num_pages, page_size, width],
 //                 width = kv_lora_rank + qk_rope_head_dim (normalised latent, then k_pe).
 //
+// Pools hold the layers of this process's stage only (ModelConfig::StageLayersOf), and, under
+// tensor parallelism, this rank's heads (the config given is the rank's ShardConfig).
+//
 // Thread contract: the pools are plain memory; the engine thread writes them during Step(), the
 // scheduler copies slots between steps. Copies are explicit calls so their cost is visible.
 #pragma once

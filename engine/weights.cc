@@ -79,6 +79,35 @@ const float* Model::Vec(const TensorInfo& t, int64_t count) {
   return owned_.back().get();
 }
 
+Weight Model::SliceColumns(const Weight& w, int64_t begin, int64_t count) {
+  Weight out = w;
+  out.cols = count;
+  out.packed = false;
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  if (w.format == WeightFormat::kMxfp4) {
+    // Two codes per byte and one scale per 32 columns: the range is whole 32-column blocks.
+    auto data = std::make_unique<uint8_t[]>(w.rows * count / 2);
+    auto scales = std::make_unique<uint8_t[]>(w.rows * count / 32);
+    for (int64_t r = 0; r < w.rows; ++r) {
+      std::memcpy(&data[r * count / 2], src + r * w.cols / 2 + begin / 2, count / 2);
+      std::memcpy(&scales[r * count / 32], w.scales + r * w.cols / 32 + begin / 32, count / 32);
+    }
+    out.data = data.get();
+    out.scales = scales.get();
+    owned_bytes_.push_back(std::move(data));
+    owned_bytes_.push_back(std::move(scales));
+    return out;
+  }
+  const int64_t es = w.format == WeightFormat::kF32 ? 4 : 2;
+  auto data = std::make_unique<uint8_t[]>(w.rows * count * es);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    std::memcpy(&data[r * count * es], src + (r * w.cols + begin) * es, count * es);
+  }
+  out.data = data.get();
+  owned_bytes_.push_back(std::move(data));
+  return out;
+}
+
 const float* Model::Fold(const float* a, const float* b, int64_t n) {
   auto buf = std::make_unique<float[]>(n);
   for (int64_t i = 0; i < n; ++i) buf[i] = a[i] * b[i];
@@ -91,7 +120,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const
   m->dir_ = dir;
   auto config = LoadModelConfig(dir);
   if (!config.ok()) return config.status();
-  m->config_ = std::move(*config);
+  m->full_config_ = std::move(*config);
+  if (absl::Status s = ValidateLayout(m->full_config_, opts.layout); !s.ok()) return s;
+  m->shard_ = Shard::For(m->full_config_, opts.layout, opts.rank);
+  m->config_ = ShardConfig(m->full_config_, m->shard_);
   auto log = [&](const std::string& line) {
     if (opts.log) opts.log(line);
   };
@@ -109,7 +141,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const
 }
 
 absl::Status Model::Bind(const Options& opts) {
-  const ModelConfig& c = config_;
+  const ModelConfig& c = full_config_;  // the checkpoint as a whole
   const std::vector<TensorSpec> specs = ExpectedTensors(c);
   std::unordered_map<std::string, const TensorInfo*> found;
   for (const TensorSpec& spec : specs) {
@@ -159,16 +191,43 @@ absl::Status Model::Bind(const Options& opts) {
   };
   auto vec = [&](const std::string& name, int64_t count = -1) { return Vec(info(name), count); };
 
+  // This rank's piece (the whole model in one process). Rows of a [out, in] matrix are views;
+  // column ranges are copied once into owned memory.
+  const Shard& sh = shard_;
+  const int t = sh.tp_size(), tr = sh.tp_rank();
+  const int64_t kda_heads = c.kda.num_heads / t, kda_h0 = tr * kda_heads;
+  const int64_t hd = c.kda.head_dim, kda_c0 = kda_h0 * hd, kda_p = kda_heads * hd;
+  const int64_t mla_heads = c.mla.num_heads / t, mla_h0 = tr * mla_heads;
+  const int64_t qk = c.mla.qk_head_dim(), nv = c.mla.qk_nope_head_dim + c.mla.v_head_dim;
+  const int64_t vd = c.mla.v_head_dim;
+  auto rows = [](Weight w, int64_t begin, int64_t count) { return w.Rows(begin, count); };
+  auto cols = [&](Weight w, int64_t begin, int64_t count) {
+    return w.cols == count ? w : SliceColumns(w, begin, count);
+  };
+  // A gated MLP split over tp by its intermediate columns (or whole when parts == 1).
+  auto mlp = [&](Weight gate, Weight up, Weight down, int parts, int part) {
+    const int64_t n = gate.rows / parts, i0 = part * n;
+    return MlpWeights{rows(gate, i0, n), rows(up, i0, n), cols(down, i0, n)};
+  };
+
   ModelWeights& w = weights_;
-  w.embed = mat("model.embed_tokens");
-  w.lm_head = mat("lm_head");
-  w.final_norm = vec("model.norm.weight");
-  if (c.attn_res_block > 0) {
-    w.attn_res_out = Fold(vec("model.output_attn_res_norm.weight"),
-                          vec("model.output_attn_res_proj.weight"), c.hidden);
+  if (sh.first_stage()) w.embed = mat("model.embed_tokens");
+  if (sh.last_stage()) {
+    // lm_head split by vocabulary rows over the stage group; the logits are gathered.
+    const Weight full = mat("lm_head");
+    const int g = sh.layout.group();
+    const int64_t chunk = (c.vocab + g - 1) / g;
+    const int64_t v0 = std::min<int64_t>(c.vocab, sh.local * chunk);
+    w.lm_head = rows(full, v0, std::min<int64_t>(chunk, c.vocab - v0));
+    w.lm_head_rows_per_rank = chunk;
+    w.final_norm = vec("model.norm.weight");
+    if (c.attn_res_block > 0) {
+      w.attn_res_out = Fold(vec("model.output_attn_res_norm.weight"),
+                            vec("model.output_attn_res_proj.weight"), c.hidden);
+    }
   }
   w.layers.resize(c.num_layers);
-  for (int64_t l = 0; l < c.num_layers; ++l) {
+  for (int64_t l = sh.first_layer; l < sh.end_layer; ++l) {
     LayerWeights& L = w.layers[l];
     const std::string p = absl::StrCat("model.layers.", l, ".");
     L.input_norm = vec(p + "input_layernorm.weight");
@@ -181,44 +240,48 @@ absl::Status Model::Bind(const Options& opts) {
     }
     const std::string a = p + "self_attn.";
     if (c.layer_kinds[l] == LayerKind::kKda) {
+      // Heads [kda_h0, kda_h0 + kda_heads): their channels [kda_c0, kda_c0 + kda_p).
       KdaWeights& k = L.kda;
-      k.q_proj = mat(a + "q_proj");
-      k.k_proj = mat(a + "k_proj");
-      k.v_proj = mat(a + "v_proj");
-      k.q_conv = vec(a + "q_conv1d.weight");
-      k.k_conv = vec(a + "k_conv1d.weight");
-      k.v_conv = vec(a + "v_conv1d.weight");
+      k.q_proj = rows(mat(a + "q_proj"), kda_c0, kda_p);
+      k.k_proj = rows(mat(a + "k_proj"), kda_c0, kda_p);
+      k.v_proj = rows(mat(a + "v_proj"), kda_c0, kda_p);
+      const int64_t taps = c.kda.conv_kernel;
+      k.q_conv = vec(a + "q_conv1d.weight") + kda_c0 * taps;
+      k.k_conv = vec(a + "k_conv1d.weight") + kda_c0 * taps;
+      k.v_conv = vec(a + "v_conv1d.weight") + kda_c0 * taps;
       k.f_a = mat(a + "f_a_proj");
-      k.f_b = mat(a + "f_b_proj");
-      k.b_proj = mat(a + "b_proj");
+      k.f_b = rows(mat(a + "f_b_proj"), kda_c0, kda_p);
+      k.b_proj = rows(mat(a + "b_proj"), kda_h0, kda_heads);
       if (c.kda.full_rank_gate) {
-        k.g_proj = mat(a + "g_proj");
+        k.g_proj = rows(mat(a + "g_proj"), kda_c0, kda_p);
       } else {
         k.g_a = mat(a + "g_a_proj");
-        k.g_b = mat(a + "g_b_proj");
+        k.g_b = rows(mat(a + "g_b_proj"), kda_c0, kda_p);
       }
-      k.a_log = vec(a + "A_log", c.kda.num_heads);  // K3 pads to head_dim: first H are used
-      k.dt_bias = vec(a + "dt_bias");
+      // K3 pads A_log to head_dim: the first num_heads entries are the heads'.
+      k.a_log = vec(a + "A_log", c.kda.num_heads) + kda_h0;
+      k.dt_bias = vec(a + "dt_bias") + kda_c0;
       k.o_norm = vec(a + "o_norm.weight");
-      k.o_proj = mat(a + "o_proj");
+      k.o_proj = cols(mat(a + "o_proj"), kda_c0, kda_p);
     } else {
       MlaWeights& m = L.mla;
       if (c.mla.q_lora_rank > 0) {
         m.q_a_proj = mat(a + "q_a_proj");
         m.q_a_norm = vec(a + "q_a_layernorm.weight");
-        m.q_b_proj = mat(a + "q_b_proj");
+        m.q_b_proj = rows(mat(a + "q_b_proj"), mla_h0 * qk, mla_heads * qk);
       } else {
-        m.q_proj = mat(a + "q_proj");
+        m.q_proj = rows(mat(a + "q_proj"), mla_h0 * qk, mla_heads * qk);
       }
-      m.kv_a_proj = mat(a + "kv_a_proj_with_mqa");
+      m.kv_a_proj = mat(a + "kv_a_proj_with_mqa");  // the latent is shared by all heads
       m.kv_a_norm = vec(a + "kv_a_layernorm.weight");
-      m.kv_b_proj = mat(a + "kv_b_proj");
-      if (c.mla.output_gate) m.g_proj = mat(a + "g_proj");
-      m.o_proj = mat(a + "o_proj");
+      m.kv_b_proj = rows(mat(a + "kv_b_proj"), mla_h0 * nv, mla_heads * nv);
+      if (c.mla.output_gate) m.g_proj = rows(mat(a + "g_proj"), mla_h0 * vd, mla_heads * vd);
+      m.o_proj = cols(mat(a + "o_proj"), mla_h0 * vd, mla_heads * vd);
     }
     L.is_moe = c.IsMoeLayer(l);
     if (!L.is_moe) {
-      L.mlp = {mat(p + "mlp.gate_proj"), mat(p + "mlp.up_proj"), mat(p + "mlp.down_proj")};
+      L.mlp = mlp(mat(p + "mlp.gate_proj"), mat(p + "mlp.up_proj"), mat(p + "mlp.down_proj"), t,
+                  tr);
       continue;
     }
     MoeWeights& e = L.moe;
@@ -230,14 +293,21 @@ absl::Status Model::Bind(const Options& opts) {
       e.latent_up = mat(b + "routed_expert_up_proj");
       if (c.moe.latent_norm) e.latent_norm = vec(b + "routed_expert_norm.weight");
     }
-    e.experts.resize(c.moe.num_experts);
-    for (int64_t x = 0; x < c.moe.num_experts; ++x) {
+    // Expert parallel: this rank owns a contiguous range of experts (the others stay unbound).
+    // Otherwise each expert is split over tp by its intermediate columns.
+    const int64_t E = c.moe.num_experts, per = E / sh.ep_size(), e0 = sh.ep_rank() * per;
+    e.experts.resize(E);
+    for (int64_t x = e0; x < e0 + per; ++x) {
       const std::string ep = absl::StrCat(b, "experts.", x, ".");
-      e.experts[x] = {packed(ep + "w1"), packed(ep + "w3"), packed(ep + "w2")};
+      const int parts = sh.ep_size() > 1 ? 1 : t;
+      e.experts[x] = mlp(packed(ep + "w1"), packed(ep + "w3"), packed(ep + "w2"), parts,
+                         parts > 1 ? tr : 0);
     }
     if (c.moe.num_shared > 0) {
-      e.shared = {mat(b + "shared_experts.gate_proj"), mat(b + "shared_experts.up_proj"),
-                  mat(b + "shared_experts.down_proj")};
+      // Split with the dense MLPs under tp alone; replicated when experts are parallel.
+      const int parts = sh.ep_size() > 1 ? 1 : t;
+      e.shared = mlp(mat(b + "shared_experts.gate_proj"), mat(b + "shared_experts.up_proj"),
+                     mat(b + "shared_experts.down_proj"), parts, parts > 1 ? tr : 0);
     }
   }
   if (opts.log) {
@@ -300,7 +370,7 @@ int64_t Model::PackMatrices() {
 }
 
 int64_t Model::ActiveWeightBytes() const {
-  const ModelConfig& c = config_;
+  const ModelConfig& c = full_config_;
   int64_t bytes = weights_.lm_head.Bytes() + weights_.embed.Bytes() / c.vocab;  // + one embed row
   for (const TensorSpec& s : ExpectedTensors(c)) {
     if (s.group == TensorGroup::kEmbedding || s.group == TensorGroup::kLmHead) continue;

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/model_config.h"
+#include "engine/parallel.h"
 #include "engine/safetensors.h"
 #include "kernels/weight.h"
 
@@ -68,8 +69,9 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
-  Weight embed;
-  Weight lm_head;
+  Weight embed;     // first pipeline stage only
+  Weight lm_head;   // last stage: this rank's vocabulary rows
+  int64_t lm_head_rows_per_rank = 0;  // vocabulary chunk per rank of the stage (the last may be short)
   const float* final_norm = nullptr;
   const float* attn_res_out = nullptr;  // folded output_attn_res_norm * proj, K3
   std::vector<LayerWeights> layers;
@@ -83,17 +85,25 @@ class Model {
     std::function<void(const std::string&)> log;
     // Where the weights live (see engine/safetensors.h).
     WeightMemory memory = DefaultWeightMemory();
+    // Sharding: this process is `rank` of `layout` and binds only its piece (whole model: 1x1x1).
+    ParallelLayout layout;
+    int rank = 0;
   };
   static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir, const Options& opts);
   static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir) {
     return Load(dir, Options{});
   }
 
+  // The model as this rank runs it (heads and widths divided by tp, its stage's layers); in one
+  // process, the whole model.
   const ModelConfig& config() const { return config_; }
+  // The model as the checkpoint describes it.
+  const ModelConfig& full_config() const { return full_config_; }
+  const Shard& shard() const { return shard_; }
   const ModelWeights& weights() const { return weights_; }
   const std::string& dir() const { return dir_; }
   // Serves fewer tokens per request than the model supports (a deployment choice).
-  void LimitContext(int64_t tokens) { config_.max_context = tokens; }
+  void LimitContext(int64_t tokens) { config_.max_context = full_config_.max_context = tokens; }
   // Bytes of weights one decode token reads (active experts at their stored size).
   int64_t ActiveWeightBytes() const;
   // The memory holding the checkpoint's bytes (benchmarks stream it as their bandwidth baseline).
@@ -107,9 +117,14 @@ class Model {
   int64_t PackMatrices();
   const float* Vec(const TensorInfo& t, int64_t count = -1);
   const float* Fold(const float* a, const float* b, int64_t n);
+  // A copy of columns [begin, begin + count) (MXFP4: whole 32-column blocks).
+  Weight SliceColumns(const Weight& w, int64_t begin, int64_t count);
 
   std::string dir_;
+  ModelConfig full_config_;
   ModelConfig config_;
+  Shard shard_;
+  std::vector<std::unique_ptr<uint8_t[]>> owned_bytes_;  // column slices
   std::unique_ptr<Checkpoint> checkpoint_;
   ModelWeights weights_;
   std::vector<std::unique_ptr<float[]>> owned_;  // fp32 copies of small vectors

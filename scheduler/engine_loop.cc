@@ -11,19 +11,17 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 }  // namespace
 
-EngineLoop::EngineLoop(const Model& model, LoopConfig config)
-    : model_(model),
-      config_(std::move(config)),
-      engine_(model),
-      kda_(model.config(), config_.scheduler.max_running),
-      kv_(model.config(), config_.scheduler.num_pages, config_.scheduler.page_size),
-      state_{&kda_, &kv_},
-      store_(&kda_, &kv_),
-      sink_(&store_) {
+EngineLoop::EngineLoop(const Model& model, LoopConfig config, std::unique_ptr<StepRunner> runner)
+    : model_(model), config_(std::move(config)), runner_(std::move(runner)) {
+  if (!runner_) {
+    runner_ = std::make_unique<LocalStepRunner>(model, config_.scheduler.max_running,
+                                                config_.scheduler.num_pages,
+                                                config_.scheduler.page_size);
+  }
   // The loop bounds the queue at Submit (where the caller can be told); the scheduler need not.
   SchedulerConfig sc = config_.scheduler;
   sc.max_waiting = std::numeric_limits<int64_t>::max();
-  scheduler_ = std::make_unique<Scheduler>(model.config(), sc, state_, &sink_);
+  scheduler_ = std::make_unique<Scheduler>(model.config(), sc, runner_->state(), runner_->ops());
   concurrency_ = scheduler_->Concurrency();
   stats_ = scheduler_->Stats();
 }
@@ -166,8 +164,11 @@ bool EngineLoop::RunOnce() {
   }
   const Clock::time_point t1 = Clock::now();
   StepOutput out;
-  const absl::Status status = engine_.Step(plan.batch, state_, &out);
+  const absl::Status status = runner_->Run(plan.batch, &out);
   const Clock::time_point t2 = Clock::now();
+  if (!status.ok() && status.code() != absl::StatusCode::kInvalidArgument && config_.on_fatal) {
+    config_.on_fatal(status);
+  }
   if (!status.ok()) {
     // An engine error ends the requests of this step, never the process.
     std::vector<RequestEvent> failed;
@@ -195,9 +196,14 @@ void EngineLoop::Loop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] {
+      const bool woke = wake_.wait_for(lock, std::chrono::milliseconds(500), [&] {
         return stop_ || !inbox_.empty() || !cancels_.empty() || scheduler_->HasWork();
       });
+      if (!woke) {  // idle: let other ranks know rank 0 is alive
+        lock.unlock();
+        if (absl::Status s = runner_->Idle(); !s.ok() && config_.on_fatal) config_.on_fatal(s);
+        continue;
+      }
       if (stop_) {
         TakeInbox();
         const bool expired = Clock::now() >= drain_deadline_;
@@ -205,6 +211,7 @@ void EngineLoop::Loop() {
           lock.unlock();
           Deliver(scheduler_->FinishAll(FinishReason::kCancelled,
                                         "server shut down before the request finished"));
+          runner_->Stop();
           return;
         }
       }

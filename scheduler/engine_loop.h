@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "engine/engine.h"
+#include "engine/step_runner.h"
 #include "scheduler/scheduler.h"
 
 namespace kimi::sched {
@@ -62,11 +63,15 @@ struct LoopConfig {
   SchedulerConfig scheduler;
   TextStreamFactory text;  // may be empty: no text, no stop strings
   std::function<void(const StepStats&, const SchedulerStats&)> on_step;
+  // A step failed in a way that leaves the ranks of a sharded model out of step (a collective
+  // timed out, a peer died): the job cannot go on. Called on the engine thread; default: none.
+  std::function<void(const absl::Status&)> on_fatal;
 };
 
 class EngineLoop {
  public:
-  EngineLoop(const Model& model, LoopConfig config);
+  // `runner` runs the steps (default: this process alone, pools sized from config.scheduler).
+  EngineLoop(const Model& model, LoopConfig config, std::unique_ptr<StepRunner> runner = nullptr);
   ~EngineLoop();
 
   void Start();
@@ -98,13 +103,9 @@ class EngineLoop {
 
   const Model& model_;
   LoopConfig config_;
-  Engine engine_;
-  KdaStatePool kda_;
-  MlaKvCache kv_;
-  EngineState state_;
-  StateStore store_;
-  LocalStateSink sink_;
+  std::unique_ptr<StepRunner> runner_;
   std::unique_ptr<Scheduler> scheduler_;
+  bool failed_ = false;  // a step failed in a way that leaves ranks out of step
   int64_t concurrency_ = 0;
   std::map<std::string, Live> live_;  // engine thread only
 

@@ -47,6 +47,10 @@ const std::vector<Setting>& Settings() {
       {"parallel.tp", "--tp", &ServerConfig::tp, "tensor-parallel ranks"},
       {"parallel.ep", "--ep", &ServerConfig::ep, "expert-parallel ranks"},
       {"parallel.pp", "--pp", &ServerConfig::pp, "pipeline-parallel stages"},
+      {"parallel.stage_layers", "", &ServerConfig::stage_layers,
+       "layers per pipeline stage, comma-separated (default: as even as possible)"},
+      {"parallel.collective_timeout_seconds", "", &ServerConfig::collective_timeout_seconds,
+       "a collective or pipeline transfer waiting longer ends the job (a rank died or hangs)"},
       {"memory.kda_state_mib", "", &ServerConfig::kda_state_mib,
        "memory for per-request KDA state slots"},
       {"memory.kv_cache_mib", "", &ServerConfig::kv_cache_mib, "memory for MLA KV pages"},
@@ -263,8 +267,8 @@ absl::Status Validate(const ServerConfig& c) {
                         {"parallel.pp", c.pp}}) {
     if (v < 1) return bad(key, "must be >= 1");
   }
-  if (c.tp * c.ep * c.pp != 1) {
-    return bad("parallel", "tp/ep/pp > 1 need the multi-node build (mpirun); this is one process");
+  if (c.collective_timeout_seconds < 1) {
+    return bad("parallel.collective_timeout_seconds", "must be >= 1");
   }
   if (c.kda_state_mib < 1) return bad("memory.kda_state_mib", "must be >= 1");
   if (c.kv_cache_mib < 1) return bad("memory.kv_cache_mib", "must be >= 1");

@@ -26,6 +26,8 @@ struct ServerConfig {
   double drain_timeout_seconds = 30.0;
   // parallel
   int64_t tp = 1, ep = 1, pp = 1;
+  std::string stage_layers;  // "10,10,5": layers per pipeline stage (default: as even as possible)
+  int64_t collective_timeout_seconds = 120;
   // memory
   int64_t kda_state_mib = 1024;
   int64_t kv_cache_mib = 1024;

@@ -14,7 +14,11 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "engine/comm/mpi_communicator.h"
+#include "engine/distributed.h"
 #include "server/backend.h"
 #include "server/generation_service.h"
 #include "server/text_stream.h"
@@ -97,6 +101,66 @@ absl::Status WarmUp(Backend& b) {
   return absl::OkStatus();
 }
 
+// Ranks of a sharded model (mpirun): the communicators and this rank's place.
+struct Cluster {
+  ParallelLayout layout;
+  std::unique_ptr<MpiCommunicator> world, stage;
+  int rank() const { return world ? world->rank() : 0; }
+  EngineComms comms() const { return {stage.get(), world.get()}; }
+};
+
+absl::StatusOr<Cluster> JoinCluster(const ServerConfig& c) {
+  Cluster cl;
+  cl.layout.tp = static_cast<int>(c.tp);
+  cl.layout.ep = static_cast<int>(c.ep);
+  cl.layout.pp = static_cast<int>(c.pp);
+  for (absl::string_view part : absl::StrSplit(c.stage_layers, ',', absl::SkipEmpty())) {
+    int64_t n;
+    if (!absl::SimpleAtoi(part, &n)) {
+      return absl::InvalidArgumentError("parallel.stage_layers: comma-separated integers");
+    }
+    cl.layout.stage_layers.push_back(n);
+  }
+  if (cl.layout.single() && !MpiCommunicator::LaunchedWithMpi()) return cl;
+  auto world = MpiCommunicator::World(std::chrono::seconds(c.collective_timeout_seconds));
+  if (!world.ok()) return world.status();
+  cl.world = std::move(*world);
+  if (cl.world->size() != cl.layout.world()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parallel: tp ", c.tp, ", ep ", c.ep, ", pp ", c.pp, " need ", cl.layout.world(),
+        " ranks (pp x max(tp, ep)); mpirun started ", cl.world->size()));
+  }
+  const int g = cl.layout.group();
+  auto stage = cl.world->Split(cl.world->rank() / g, cl.world->rank() % g);
+  if (!stage.ok()) return stage.status();
+  cl.stage = std::move(*stage);
+  return cl;
+}
+
+// Every rank but 0: load this rank's shard and follow rank 0's steps until it says stop.
+int Follow(const ServerConfig& c, Cluster& cl) {
+  Model::Options opts;
+  opts.layout = cl.layout;
+  opts.rank = cl.rank();
+  opts.memory = WeightMemory::kMap;  // map the files; only this shard's pages are touched
+  auto model = Model::Load(c.model_path, opts);
+  if (!model.ok()) {
+    MpiCommunicator::Abort(absl::StrCat("rank ", cl.rank(), ": cannot load model: ",
+                                        model.status().message()));
+  }
+  spdlog::info("{}", (*model)->shard().Describe());
+  const sched::SchedulerConfig pools = Pools(c, (*model)->config());
+  DistributedOptions d;
+  d.slots = pools.max_running;
+  d.pages = pools.num_pages;
+  d.page_size = pools.page_size;
+  d.follower_patience = std::chrono::seconds(c.collective_timeout_seconds);
+  const absl::Status s = FollowerLoop(**model, cl.comms(), d);
+  if (!s.ok()) MpiCommunicator::Abort(std::string(s.message()));
+  spdlog::info("rank {}: stopped", cl.rank());
+  return 0;
+}
+
 int Run(int argc, char** argv) {
   if (argc == 2 && std::string(argv[1]) == "--print-example-config") {
     std::fputs(ExampleYaml().c_str(), stdout);  // deploy/config/example.yaml
@@ -129,6 +193,14 @@ int Run(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto cluster = JoinCluster(c);
+  if (!cluster.ok()) {
+    spdlog::error("{}", std::string(cluster.status().message()));
+    if (MpiCommunicator::LaunchedWithMpi()) MpiCommunicator::Abort(std::string(cluster.status().message()));
+    return 2;
+  }
+  if (cluster->rank() != 0) return Follow(c, *cluster);
 
   auto keys = ApiKeys::Load(c.api_keys_file);
   if (!keys.ok()) {
@@ -184,6 +256,8 @@ int Run(int argc, char** argv) {
     }
     Model::Options opts;
     opts.log = [](const std::string& line) { spdlog::info("load: {}", line); };
+    opts.layout = cluster->layout;
+    if (cluster->world) opts.memory = WeightMemory::kMap;
     auto model = Model::Load(c.model_path, opts);
     if (!model.ok()) {
       spdlog::error("cannot load model: {}", std::string(model.status().message()));
@@ -207,7 +281,21 @@ int Run(int argc, char** argv) {
     lc.on_step = [&b](const sched::StepStats& step, const sched::SchedulerStats& stats) {
       b.metrics->OnStep(step, stats);
     };
-    b.loop = std::make_unique<sched::EngineLoop>(*b.model, std::move(lc));
+    std::unique_ptr<StepRunner> runner;
+    if (cluster->world) {
+      spdlog::info("{}", b.model->shard().Describe());
+      DistributedOptions d;
+      d.slots = lc.scheduler.max_running;
+      d.pages = lc.scheduler.num_pages;
+      d.page_size = lc.scheduler.page_size;
+      runner = std::make_unique<LeaderStepRunner>(*b.model, cluster->comms(), d);
+      // A failed collective leaves the ranks out of step: report NOT_SERVING and end the job.
+      lc.on_fatal = [health](const absl::Status& s) {
+        health->SetServingStatus(false);
+        MpiCommunicator::Abort(std::string(s.message()));
+      };
+    }
+    b.loop = std::make_unique<sched::EngineLoop>(*b.model, std::move(lc), std::move(runner));
     b.metrics->SetPools(b.loop->Stats());
     const sched::SchedulerStats st = b.loop->Stats();
     spdlog::info("pools: {} KDA state slots ({} B each), {} KV pages of {} tokens, AttnRes cache "
