@@ -13,7 +13,7 @@ KIMI_PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev libyaml-cpp-dev libspdlog-dev
   python3 python3-numpy python3-torch
-  libpcre2-dev nodejs npm
+  libpcre2-dev
   libssl-dev openssl prometheus
 )
 
@@ -24,6 +24,9 @@ kimi_install_packages() {
   for p in "${KIMI_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
+  # Node.js may come from elsewhere (NodeSource bundles npm and conflicts with Debian's npm).
+  command -v node >/dev/null || missing+=(nodejs)
+  command -v npm >/dev/null || missing+=(npm)
   [ ${#missing[@]} -eq 0 ] && return 0
   local sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"

@@ -12,6 +12,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/sublayers.h"
 #include "kernels/cpu/ops.h"
 #include "tools/tensor_io.h"
 
@@ -215,9 +216,117 @@ absl::Status Mla(const TensorMap& in, TensorMap& out) {
   return absl::OkStatus();
 }
 
+// K3's Latent MoE sublayer: router on x, routed experts (MXFP4, SiTU-GLU) in the latent, combine,
+// latent RMSNorm, up-projection, plus optional shared experts on x.
+absl::Status LatentMoe(const TensorMap& in, TensorMap& out) {
+  KIMI_NEED(x, "x", 2);
+  KIMI_NEED(gate, "gate", 2);
+  KIMI_NEED(bias, "bias", 1);
+  KIMI_NEED(down, "down", 2);
+  KIMI_NEED(up, "up", 2);
+  const int64_t T = x.shape[0], H = x.shape[1], E = gate.shape[0], L = down.shape[0];
+  if (gate.shape[1] != H || bias.shape[0] != E || down.shape[1] != H ||
+      up.shape != std::vector<int64_t>{H, L}) {
+    return ShapeError("latent_moe: x [T,H], gate [E,H], bias [E], down [L,H], up [H,L]");
+  }
+  const HostTensor* packed[3];
+  const HostTensor* scales[3];
+  const char* names[3] = {"w1", "w3", "w2"};
+  for (int i = 0; i < 3; ++i) {
+    auto p = Need(in, std::string(names[i]) + "_packed", 3);
+    auto s = Need(in, std::string(names[i]) + "_scale", 3);
+    if (!p.ok()) return p.status();
+    if (!s.ok()) return s.status();
+    packed[i] = *p;
+    scales[i] = *s;
+    if (packed[i]->u8.empty() || scales[i]->u8.empty() || packed[i]->shape[0] != E) {
+      return ShapeError(absl::StrCat("latent_moe: ", names[i], "_packed/_scale must be U8 [E,...]"));
+    }
+  }
+  const int64_t I = packed[0]->shape[1];
+  // w1/w3 [E, I, L/2] + [E, I, L/32]; w2 [E, L, I/2] + [E, L, I/32].
+  for (int i = 0; i < 3; ++i) {
+    const int64_t rows = i < 2 ? I : L, cols = i < 2 ? L : I;
+    if (cols % 32 != 0 || packed[i]->shape != std::vector<int64_t>{E, rows, cols / 2} ||
+        scales[i]->shape != std::vector<int64_t>{E, rows, cols / 32}) {
+      return ShapeError("latent_moe: w1/w3 packed [E,I,L/2] scale [E,I,L/32]; w2 packed "
+                        "[E,L,I/2] scale [E,L,I/32]; L and I multiples of 32");
+    }
+  }
+  ModelConfig c;
+  c.hidden = H;
+  c.rms_eps = ScalarOr(in, "eps", 1e-5f);
+  c.activation = Activation::kSituGlu;
+  c.situ_beta = ScalarOr(in, "beta", 4.0f);
+  c.situ_linear_beta = ScalarOr(in, "linear_beta", 25.0f);
+  c.moe.num_experts = E;
+  c.moe.top_k = static_cast<int64_t>(ScalarOr(in, "top_k", 0.0f));
+  c.moe.intermediate = I;
+  c.moe.renormalize = ScalarOr(in, "renormalize", 1.0f) != 0.0f;
+  c.moe.routed_scaling = ScalarOr(in, "scaling", 1.0f);
+  c.moe.latent_dim = L;
+  c.moe.mxfp4_experts = true;
+  if (c.moe.top_k <= 0 || c.moe.top_k > E) return ShapeError("latent_moe: top_k in [1, E]");
+  auto dense = [](const HostTensor& t) {
+    Weight w;
+    w.data = t.f32.data();
+    w.format = WeightFormat::kF32;
+    w.rows = t.shape[0];
+    w.cols = t.shape[1];
+    return w;
+  };
+  MoeWeights w;
+  w.router = dense(gate);
+  w.bias = bias.f32.data();
+  w.latent_down = dense(down);
+  w.latent_up = dense(up);
+  if (auto it = in.find("norm"); it != in.end()) {
+    if (it->second.shape != std::vector<int64_t>{L}) return ShapeError("latent_moe: norm [L]");
+    c.moe.latent_norm = true;
+    w.latent_norm = it->second.f32.data();
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    Weight m[3];
+    for (int i = 0; i < 3; ++i) {
+      const int64_t rows = i < 2 ? I : L, cols = i < 2 ? L : I;
+      m[i].format = WeightFormat::kMxfp4;
+      m[i].rows = rows;
+      m[i].cols = cols;
+      m[i].data = packed[i]->u8.data() + e * rows * (cols / 2);
+      m[i].scales = scales[i]->u8.data() + e * rows * (cols / 32);
+    }
+    w.experts.push_back({m[0], m[1], m[2]});
+  }
+  if (in.count("shared_gate")) {
+    KIMI_NEED(sg, "shared_gate", 2);
+    KIMI_NEED(su, "shared_up", 2);
+    KIMI_NEED(sd, "shared_down", 2);
+    if (sg.shape[1] != H || su.shape != sg.shape || sd.shape != std::vector<int64_t>{H, sg.shape[0]}) {
+      return ShapeError("latent_moe: shared_gate/up [S,H], shared_down [H,S]");
+    }
+    c.moe.num_shared = 1;
+    w.shared = {dense(sg), dense(su), dense(sd)};
+  }
+  HostTensor o = F32({T, H});
+  RunMoe(c, w, x.f32.data(), o.f32.data(), T);
+  // The routing decision too, so a reference can tell routing errors from arithmetic.
+  std::vector<float> logits(T * E);
+  cpu::MatMul(logits.data(), x.f32.data(), w.router, T);
+  HostTensor ids;
+  ids.shape = {T, c.moe.top_k};
+  ids.i32.assign(T * c.moe.top_k, 0);
+  HostTensor wts = F32({T, c.moe.top_k});
+  cpu::MoeRoute(ids.i32.data(), wts.f32.data(), logits.data(), w.bias, T,
+                {E, c.moe.top_k, 1, 1, c.moe.renormalize, c.moe.routed_scaling});
+  out["out"] = std::move(o);
+  out["ids"] = std::move(ids);
+  out["weights"] = std::move(wts);
+  return absl::OkStatus();
+}
+
 const std::map<std::string, OpFn>& Ops() {
   static const std::map<std::string, OpFn> kOps = {
-      {"attn_res", AttnRes}, {"kda", Kda},           {"kda_gate", KdaGate},
+      {"attn_res", AttnRes}, {"kda", Kda},           {"kda_gate", KdaGate}, {"latent_moe", LatentMoe},
       {"mla", Mla},          {"moe_route", MoeRoute}, {"mxfp4_matmul", Mxfp4MatMul},
       {"rmsnorm", RmsNorm},  {"situ", Situ}};
   return kOps;

@@ -460,6 +460,77 @@ def mla_cases(R, run, gen):
             R.error("mla", label, e)
 
 
+# latent_moe: routing (exact ids, see moe_route), then chains of fp32 matmuls: down-projection (H terms),
+# expert gate/up (L terms) and down (I terms) with exactly dequantised MXFP4 weights, the SiTU product, a
+# weighted sum of k experts, an RMSNorm over L, the up-projection (L terms) and a shared expert (H and S
+# terms): ~(H + L + I + S) * u ~ 1e-5 worst case relative to the output scale; 1e-4 leaves margin.
+TOL_LATENT_MOE = 1e-4
+
+
+def latent_moe_reference(v, top_k, scaling, renorm, shared):
+    """K3 Latent MoE (KIMI_K3.md 5.5) on float64 values: router on x, experts in the latent."""
+    x = v["x"]
+    ids, wts = ops.moe_route(x @ v["gate"].T, v["bias"], top_k, scaling, renorm)
+    z = x @ v["down"].T
+    y = torch.zeros(x.shape[0], z.shape[1], dtype=F64)
+    E = v["gate"].shape[0]
+    for e in range(E):
+        rows, slot = (ids == e).nonzero(as_tuple=True)
+        if rows.numel() == 0:
+            continue
+        w1 = ops.mxfp4_dequant(v["w1_packed"][e], v["w1_scale"][e])
+        w3 = ops.mxfp4_dequant(v["w3_packed"][e], v["w3_scale"][e])
+        w2 = ops.mxfp4_dequant(v["w2_packed"][e], v["w2_scale"][e])
+        ze = z[rows]
+        ye = ops.situ_glu(ze @ w1.T, ze @ w3.T) @ w2.T
+        y.index_add_(0, rows, wts[rows, slot].unsqueeze(1) * ye)
+    y = ops.rmsnorm(y, v["norm"], 1e-5)
+    out = y @ v["up"].T
+    if shared:
+        out = out + ops.situ_glu(x @ v["shared_gate"].T, x @ v["shared_up"].T) @ v["shared_down"].T
+    return ids, out
+
+
+def latent_moe_cases(R, run, gen):
+    for (T, H, L, I, E, k, scaling, renorm, shared) in [
+            (1, 64, 32, 32, 8, 2, 1.0, True, True), (7, 64, 32, 64, 8, 2, 1.0, True, False),
+            (16, 128, 64, 32, 16, 4, 2.5, False, True), (5, 256, 128, 96, 12, 3, 1.0, True, True)]:
+        label = f"T{T} H{H} L{L} I{I} E{E} k{k} scaling={scaling} renorm={renorm} shared={shared}"
+        if not R.want(f"latent_moe {label}"):
+            continue
+        raw = {"x": torch.randn(T, H, generator=gen, dtype=F64),
+               "gate": torch.randn(E, H, generator=gen, dtype=F64) / H ** 0.5,
+               "bias": 0.05 * torch.randn(E, generator=gen, dtype=F64),
+               "down": torch.randn(L, H, generator=gen, dtype=F64) / H ** 0.5,
+               "norm": 1.0 + 0.1 * torch.randn(L, generator=gen, dtype=F64),
+               "up": torch.randn(H, L, generator=gen, dtype=F64) / L ** 0.5}
+        if shared:
+            raw["shared_gate"] = torch.randn(2 * I, H, generator=gen, dtype=F64) / H ** 0.5
+            raw["shared_up"] = torch.randn(2 * I, H, generator=gen, dtype=F64) / H ** 0.5
+            raw["shared_down"] = torch.randn(H, 2 * I, generator=gen, dtype=F64) / (2 * I) ** 0.5
+        ins, vals = {}, {}
+        for n, t in raw.items():
+            ins[n], vals[n] = f32(t)
+        for name, rows, cols in (("w1", I, L), ("w3", I, L), ("w2", L, I)):
+            packed = torch.randint(0, 256, (E, rows, cols // 2), generator=gen).to(torch.uint8)
+            # scales around 2^-4 keep expert outputs O(1) for O(1) inputs
+            scale = torch.randint(121, 125, (E, rows, cols // 32), generator=gen).to(torch.uint8)
+            ins[f"{name}_packed"], vals[f"{name}_packed"] = packed, packed
+            ins[f"{name}_scale"], vals[f"{name}_scale"] = scale, scale
+        ins["top_k"] = torch.tensor([k], dtype=torch.int32)
+        ins["scaling"] = torch.tensor([scaling], dtype=F32)
+        ins["renormalize"] = torch.tensor([1 if renorm else 0], dtype=torch.int32)
+        ref_ids, ref = latent_moe_reference(vals, k, F32_(scaling), renorm, shared)
+        try:
+            out = run("latent_moe", ins)
+            ids_ok = torch.equal(out["ids"].to(torch.int64), ref_ids.to(torch.int64))
+            checks = [(ids_ok, "ids " + ("exact" if ids_ok else "DIFFER"), 0.0, 0.0),
+                      compare("out", out["out"], ref, TOL_LATENT_MOE)]
+            R.report("latent_moe", label, checks, TOL_LATENT_MOE)
+        except Exception as e:  # noqa: BLE001
+            R.error("latent_moe", label, e)
+
+
 def st_roundtrip(tmp):
     """kimi_ref.st writes and reads back every supported dtype exactly (BF16 via uint16 << 16)."""
     gen = torch.Generator().manual_seed(7)
@@ -493,7 +564,7 @@ def main():
         print("PASS safetensors write/read round trip (F64 F32 F16 BF16 U8 I32 I64)")
         run = Runner(os.path.abspath(a.kimi_ops), tmp)
         for fn in (rmsnorm_cases, situ_cases, kda_gate_cases, attn_res_cases, moe_route_cases, mxfp4_cases,
-                   mla_cases, kda_cases):
+                   mla_cases, latent_moe_cases, kda_cases):
             fn(R, run, gen)
     print("worst relative error per op: " + ", ".join(f"{k} {v:.1e}" for k, v in R.worst.items()))
     print(f"{R.count - R.fail}/{R.count} cases passed")
