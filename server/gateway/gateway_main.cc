@@ -19,6 +19,7 @@
 #include "server/gateway/routes.h"
 #include "server/gateway/task_queue.h"
 #include <signal.h>
+#include <sys/socket.h>
 
 namespace kimi::gateway {
 namespace {
@@ -34,6 +35,14 @@ absl::StatusOr<std::string> ReadBackendKey(const std::string& path) {
   }
   return absl::InvalidArgumentError(absl::StrCat("--backend-api-key-file: ", path, " has no key"));
 }
+
+// cpp-httplib listens with a backlog of 5 (built into Debian's library): a burst of new clients
+// would overflow it, and each connection refused that way waits a second for TCP to retry. Linux
+// takes a second listen() on a listening socket as a new backlog.
+class HttpServer : public httplib::Server {
+ public:
+  bool RaiseBacklog(int backlog) { return ::listen(svr_sock_, backlog) == 0; }
+};
 
 void ConfigureHttp(httplib::Server& server, const GatewayFlags& flags) {
   const size_t max_threads = static_cast<size_t>(flags.max_connections);
@@ -110,7 +119,7 @@ int Run(int argc, char** argv) {
   g.keys = std::move(*keys);
   g.backend_authorization = backend_authorization;
 
-  httplib::Server server;
+  HttpServer server;
   ConfigureHttp(server, *flags);
   AddRoutes(server, g);
   auto port = Bind(server, flags->listen);
@@ -118,6 +127,7 @@ int Run(int argc, char** argv) {
     spdlog::error("{}", std::string(port.status().message()));
     return 1;
   }
+  if (!server.RaiseBacklog(1024)) spdlog::warn("cannot raise the HTTP listen backlog");
   // The resolved port (":0" picks a free one): tests read it from this line.
   const std::string host = flags->listen.substr(0, flags->listen.rfind(':'));
   spdlog::info("HTTP listening on {}:{} (OpenAI API, {} keys), backend {}", host, *port,
