@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <random>
 #include <vector>
@@ -206,8 +207,9 @@ bool Session::Pump(httplib::DataSink& sink) {
   if (!began_) {
     began_ = true;
     if (meta_.endpoint == Endpoint::kChat) {
-      for (size_t i = 0; i < choices_.size(); ++i)
+      for (size_t i = 0; i < choices_.size(); ++i) {
         out += SseData(RoleChunk(meta_, static_cast<int>(i)));
+      }
     }
   }
   std::optional<StreamEvent> e;
@@ -289,12 +291,25 @@ void HandleCompletion(Gateway& g, Endpoint endpoint, const std::string& authoriz
   }
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
+  // httplib calls these outside its handler's try/catch: nothing may escape them.
   res.set_chunked_content_provider(
       "text/event-stream",  // exactly this type: httplib never compresses it
-      [session](size_t, httplib::DataSink& sink) { return session->Pump(sink); },
+      [session](size_t, httplib::DataSink& sink) {
+        try {
+          return session->Pump(sink);
+        } catch (const std::exception& e) {
+          spdlog::error("stream: {}", e.what());
+          session->CancelAll();
+          return false;
+        }
+      },
       [session](bool) {
-        session->CancelAll();
-        session->Log(200, "");
+        try {
+          session->CancelAll();
+          session->Log(200, "");
+        } catch (const std::exception& e) {
+          spdlog::error("stream end: {}", e.what());
+        }
       });
 }
 
