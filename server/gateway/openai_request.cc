@@ -84,15 +84,17 @@ const json* Find(const json& object, const char* key) {
   return &*it;
 }
 
+// An integer parameter in [lo, hi]; integral floats (16.0) count as integers.
 absl::Status ToInt(const json& v, const std::string& name, int64_t lo, int64_t hi, int64_t* out) {
-  double d = 0;
+  const bool integral_float = v.is_number_float() && std::isfinite(v.get<double>()) &&
+                              std::floor(v.get<double>()) == v.get<double>() &&
+                              std::fabs(v.get<double>()) < 9e15;
   if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
     return InvalidParam(name, absl::StrCat(name, ": must be in [", lo, ", ", hi, "]"));
   } else if (v.is_number_integer()) {
     *out = v.get<int64_t>();
-  } else if (v.is_number_float() && std::isfinite(d = v.get<double>()) && std::floor(d) == d &&
-             std::fabs(d) < 9e15) {
-    *out = static_cast<int64_t>(d);
+  } else if (integral_float) {
+    *out = static_cast<int64_t>(v.get<double>());
   } else {
     return InvalidType(name, "an integer");
   }
