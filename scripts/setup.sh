@@ -11,7 +11,7 @@ KIMI_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libabsl-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  prometheus-cpp-dev libyaml-cpp-dev libspdlog-dev
+  prometheus-cpp-dev libyaml-cpp-dev libspdlog-dev libcpp-httplib-dev
   python3 python3-numpy python3-torch
   libpcre2-dev
   libssl-dev openssl prometheus

@@ -1,0 +1,33 @@
+// kimi-gateway's command line:
+//   kimi-gateway --backend 127.0.0.1:PORT [--listen 127.0.0.1:PORT] [--api-keys-file FILE]
+//                [--backend-api-key-file FILE] [--max-connections N] [--default-max-tokens N]
+//                [--max-choices N] [--log-level LEVEL]
+// `--flag value` and `--flag=value` both work.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace kimi::gateway {
+
+struct GatewayFlags {
+  std::string backend = "127.0.0.1:50051";
+  std::string listen = "127.0.0.1:8000";  // port 0: a free one, printed at start-up
+  std::string api_keys_file;              // the gateway's own keys; unset: pass keys through
+  std::string backend_api_key_file;       // with --api-keys-file: the key to send to the backend
+  int64_t max_connections = 1024;         // concurrent HTTP connections served (one thread each)
+  int64_t default_max_tokens = 4096;      // chat requests without max_tokens (server limit)
+  int64_t max_choices = 128;              // n x prompts per request
+  std::string log_level = "info";
+};
+
+// Parses argv. `help` is set for --help (the caller prints HelpText()).
+absl::StatusOr<GatewayFlags> ParseFlags(int argc, const char* const* argv, bool* help);
+std::string HelpText();
+
+// "host:port" or "[v6]:port" -> host (brackets removed) and port.
+absl::Status SplitHostPort(const std::string& address, std::string* host, int* port);
+
+}  // namespace kimi::gateway

@@ -1,0 +1,192 @@
+#include "server/gateway/openai_response.h"
+
+namespace kimi::gateway {
+namespace {
+
+using json = nlohmann::json;
+
+bool IsChat(const ResponseMeta& meta) { return meta.endpoint == Endpoint::kChat; }
+
+json Envelope(const ResponseMeta& meta, bool chunk) {
+  const char* object =
+      IsChat(meta) ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+  return {{"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model}};
+}
+
+json Chunk(const ResponseMeta& meta, json choice) {
+  json j = Envelope(meta, /*chunk=*/true);
+  j["choices"] = json::array({std::move(choice)});
+  if (meta.include_usage) j["usage"] = nullptr;
+  return j;
+}
+
+json Bytes(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(c);
+  return b;
+}
+
+int64_t CodePoints(const std::string& s) {
+  int64_t n = 0;
+  for (unsigned char c : s) n += (c & 0xc0) != 0x80;
+  return n;
+}
+
+json ChatLogprobs(const ResponseMeta& meta, const std::vector<v1::TokenLogprob>& tokens,
+                  const TokenTextFn& text) {
+  json content = json::array();
+  for (const v1::TokenLogprob& t : tokens) {
+    const std::string s = text(t.token_id());
+    json top = json::array();
+    for (int k = 0; k < t.top_size() && k < meta.top_logprobs; ++k) {
+      const std::string ts = text(t.top(k).token_id());
+      top.push_back({{"token", ts}, {"logprob", t.top(k).logprob()}, {"bytes", Bytes(ts)}});
+    }
+    content.push_back(
+        {{"token", s}, {"logprob", t.logprob()}, {"bytes", Bytes(s)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}, {"refusal", nullptr}};
+}
+
+json CompletionLogprobs(const ResponseMeta& meta, const std::vector<v1::TokenLogprob>& tokens,
+                        const TokenTextFn& text, int64_t* text_offset) {
+  json out = {{"tokens", json::array()},
+              {"token_logprobs", json::array()},
+              {"top_logprobs", json::array()},
+              {"text_offset", json::array()}};
+  for (const v1::TokenLogprob& t : tokens) {
+    const std::string s = text(t.token_id());
+    json top = json::object();
+    for (int k = 0; k < t.top_size() && k < meta.top_logprobs; ++k) {
+      top[text(t.top(k).token_id())] = t.top(k).logprob();
+    }
+    out["tokens"].push_back(s);
+    out["token_logprobs"].push_back(t.logprob());
+    out["top_logprobs"].push_back(std::move(top));
+    out["text_offset"].push_back(*text_offset);
+    *text_offset += CodePoints(s);
+  }
+  return out;
+}
+
+json ChoiceJson(const ResponseMeta& meta, int index, const ChoiceResult& c,
+                const TokenTextFn& text) {
+  int64_t offset = 0;
+  json choice = {{"index", index},
+                 {"logprobs", LogprobsJson(meta, c.logprobs, text, &offset)},
+                 {"finish_reason", FinishReasonJson(c.finish)}};
+  if (IsChat(meta)) {
+    choice["message"] = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
+  } else {
+    choice["text"] = c.text;
+  }
+  return choice;
+}
+
+}  // namespace
+
+void ChoiceResult::Add(const v1::GenerateResponse& m, bool keep_text) {
+  if (keep_text) {
+    text += m.text();
+    logprobs.insert(logprobs.end(), m.logprobs().begin(), m.logprobs().end());
+  }
+  if (m.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+    finish = m.finish_reason();
+    usage = m.usage();
+  }
+}
+
+json FinishReasonJson(v1::FinishReason reason) {
+  switch (reason) {
+    case v1::FINISH_REASON_STOP:
+      return "stop";
+    case v1::FINISH_REASON_LENGTH:
+      return "length";
+    default:
+      break;
+  }
+  return nullptr;
+}
+
+json UsageJson(uint32_t prompt_tokens, uint32_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", static_cast<uint64_t>(prompt_tokens) + completion_tokens}};
+}
+
+json TotalUsage(const std::vector<ChoiceResult>& choices, int n) {
+  uint32_t prompt = 0, completion = 0;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (i % static_cast<size_t>(n) == 0) prompt += choices[i].usage.prompt_tokens();
+    completion += choices[i].usage.completion_tokens();
+  }
+  return UsageJson(prompt, completion);
+}
+
+json LogprobsJson(const ResponseMeta& meta, const std::vector<v1::TokenLogprob>& tokens,
+                  const TokenTextFn& text, int64_t* text_offset) {
+  if (meta.top_logprobs < 0) return nullptr;
+  return IsChat(meta) ? ChatLogprobs(meta, tokens, text)
+                      : CompletionLogprobs(meta, tokens, text, text_offset);
+}
+
+json CompletionJson(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices, int n,
+                    const TokenTextFn& text) {
+  json j = Envelope(meta, /*chunk=*/false);
+  j["choices"] = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    j["choices"].push_back(ChoiceJson(meta, static_cast<int>(i), choices[i], text));
+  }
+  j["usage"] = TotalUsage(choices, n);
+  return j;
+}
+
+json RoleChunk(const ResponseMeta& meta, int index) {
+  return Chunk(meta, {{"index", index},
+                      {"delta", {{"role", "assistant"}, {"content", ""}}},
+                      {"logprobs", nullptr},
+                      {"finish_reason", nullptr}});
+}
+
+std::optional<json> DeltaChunk(const ResponseMeta& meta, int index, const v1::GenerateResponse& m,
+                               const TokenTextFn& text, int64_t* text_offset) {
+  const bool with_logprobs = meta.top_logprobs >= 0 && m.logprobs_size() > 0;
+  if (m.text().empty() && !with_logprobs) return std::nullopt;
+  const std::vector<v1::TokenLogprob> tokens(m.logprobs().begin(), m.logprobs().end());
+  json choice = {
+      {"index", index},
+      {"logprobs", with_logprobs ? LogprobsJson(meta, tokens, text, text_offset) : json(nullptr)},
+      {"finish_reason", nullptr}};
+  if (IsChat(meta)) {
+    choice["delta"] = {{"content", m.text()}};
+  } else {
+    choice["text"] = m.text();
+  }
+  return Chunk(meta, std::move(choice));
+}
+
+json FinishChunk(const ResponseMeta& meta, int index, v1::FinishReason reason) {
+  json choice = {
+      {"index", index}, {"logprobs", nullptr}, {"finish_reason", FinishReasonJson(reason)}};
+  if (IsChat(meta)) {
+    choice["delta"] = json::object();
+  } else {
+    choice["text"] = "";
+  }
+  return Chunk(meta, std::move(choice));
+}
+
+json UsageChunk(const ResponseMeta& meta, const json& usage) {
+  json j = Envelope(meta, /*chunk=*/true);
+  j["choices"] = json::array();
+  j["usage"] = usage;
+  return j;
+}
+
+std::string Dump(const json& value) {
+  return value.dump(-1, ' ', /*ensure_ascii=*/false, json::error_handler_t::replace);
+}
+
+std::string SseData(const json& value) { return "data: " + Dump(value) + "\n\n"; }
+
+}  // namespace kimi::gateway

@@ -1,0 +1,79 @@
+// kimi.v1 stream messages -> OpenAI response objects and SSE chunks. Pure functions: the token text
+// of logprobs comes from a callback (the backend's Detokenize, cached by the caller).
+//
+// Non-streaming: chat.completion / text_completion with every choice and `usage`.
+// Streaming (server-sent events, one `data: {json}\n\n` each, `data: [DONE]\n\n` last):
+//   chat: a role chunk per choice, content chunks, a finish chunk per choice (empty delta);
+//   completions: text chunks, a finish chunk per choice;
+//   with stream_options.include_usage every chunk has "usage": null and a last chunk with empty
+//   `choices` carries the usage.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kimi/v1/generation.pb.h"
+#include "nlohmann/json.hpp"
+#include "server/gateway/openai_request.h"
+
+namespace kimi::gateway {
+
+struct ResponseMeta {
+  Endpoint endpoint = Endpoint::kChat;
+  std::string id;       // chatcmpl-... / cmpl-...
+  int64_t created = 0;  // Unix seconds
+  std::string model;
+  int top_logprobs = -1;  // alternatives per token to show; -1: no logprobs
+  bool include_usage = false;
+};
+
+// Text of one token id, special tokens included.
+using TokenTextFn = std::function<std::string(uint32_t token_id)>;
+
+// Everything one choice produced (non-streaming), or just its end (streaming).
+struct ChoiceResult {
+  std::string text;
+  std::vector<v1::TokenLogprob> logprobs;
+  v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+  v1::Usage usage;
+  void Add(const v1::GenerateResponse& m, bool keep_text);
+};
+
+// "stop", "length"; null while streaming and for CANCELLED / ERROR (those end in an error instead).
+nlohmann::json FinishReasonJson(v1::FinishReason reason);
+
+nlohmann::json UsageJson(uint32_t prompt_tokens, uint32_t completion_tokens);
+
+// Usage over all choices: prompt tokens once per prompt (choice % n == 0), completion tokens
+// summed.
+nlohmann::json TotalUsage(const std::vector<ChoiceResult>& choices, int n);
+
+// The `logprobs` value of one choice (or chunk) over these tokens; null when none were asked for.
+// Completions number text offsets from *text_offset (characters), which advances.
+nlohmann::json LogprobsJson(const ResponseMeta& meta, const std::vector<v1::TokenLogprob>& tokens,
+                            const TokenTextFn& text, int64_t* text_offset);
+
+nlohmann::json CompletionJson(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
+                              int n, const TokenTextFn& text);
+
+// Streaming chunks.
+nlohmann::json RoleChunk(const ResponseMeta& meta, int index);
+// New text (and logprobs) of one message; nullopt when there is nothing to send.
+std::optional<nlohmann::json> DeltaChunk(const ResponseMeta& meta, int index,
+                                         const v1::GenerateResponse& m, const TokenTextFn& text,
+                                         int64_t* text_offset);
+nlohmann::json FinishChunk(const ResponseMeta& meta, int index, v1::FinishReason reason);
+nlohmann::json UsageChunk(const ResponseMeta& meta, const nlohmann::json& usage);
+
+// One server-sent event carrying `value` (invalid UTF-8 replaced, never thrown).
+std::string SseData(const nlohmann::json& value);
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+
+// JSON text for a response body (invalid UTF-8 replaced, never thrown).
+std::string Dump(const nlohmann::json& value);
+
+}  // namespace kimi::gateway

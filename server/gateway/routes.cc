@@ -1,0 +1,130 @@
+#include "server/gateway/routes.h"
+
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "server/gateway/completion_handler.h"
+#include "server/gateway/errors.h"
+#include "server/gateway/http_reply.h"
+
+namespace kimi::gateway {
+namespace {
+
+using json = nlohmann::json;
+using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
+
+const int64_t kStarted = std::chrono::duration_cast<std::chrono::seconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+
+// Runs a handler; whatever it throws becomes a 500 in OpenAI's shape.
+Handler Guard(Handler handler) {
+  return [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+    try {
+      handler(req, res);
+    } catch (const std::exception& e) {
+      spdlog::error("{} {}: {}", req.method, req.path, e.what());
+      SendError(res, absl::InternalError(absl::StrCat("internal error: ", e.what())));
+    } catch (...) {
+      spdlog::error("{} {}: unknown exception", req.method, req.path);
+      SendError(res, absl::InternalError("internal error"));
+    }
+  };
+}
+
+// The authorization to send to the backend for this request, or 401.
+absl::StatusOr<std::string> Authorize(const Gateway& g, const httplib::Request& req) {
+  const std::string header = req.get_header_value("Authorization");
+  if (!g.keys.enabled()) return header;  // passthrough: the backend decides
+  if (header.empty()) {
+    return InvalidApiKey(
+        "You didn't provide an API key. Send it in the header "
+        "'Authorization: Bearer YOUR_KEY'.");
+  }
+  if (!g.keys.Check(header).ok()) return InvalidApiKey("Incorrect API key provided.");
+  return g.backend_authorization;
+}
+
+json ModelJson(const v1::ModelInfo& info) {
+  return {{"id", info.model_name()},
+          {"object", "model"},
+          {"created", kStarted},
+          {"owned_by", "kimi-serve"},
+          {"model_type", info.model_type()},
+          {"context_length", info.context_limit()}};
+}
+
+void Health(Gateway& g, httplib::Response& res) {
+  auto serving = g.backend->Serving();
+  if (serving.ok() && *serving) return SendJson(res, 200, {{"status", "ok"}});
+  SendError(res, absl::UnavailableError(
+                     serving.ok() ? "the backend is not serving yet (loading or draining)"
+                                  : absl::StrCat("the backend is unreachable: ",
+                                                 std::string(serving.status().message()))));
+}
+
+void Models(Gateway& g, const httplib::Request& req, httplib::Response& res) {
+  auto auth = Authorize(g, req);
+  if (!auth.ok()) return SendError(res, auth.status());
+  auto info = g.model->Get(*auth);
+  if (!info.ok()) return SendError(res, info.status());
+  if (req.matches.size() > 1) {  // /v1/models/{model}
+    const std::string wanted = req.matches[1].str();
+    if (wanted != info->model_name()) return SendError(res, ModelNotFound(wanted));
+    return SendJson(res, 200, ModelJson(*info));
+  }
+  SendJson(res, 200, {{"object", "list"}, {"data", json::array({ModelJson(*info)})}});
+}
+
+Handler Completion(Gateway& g, Endpoint endpoint) {
+  return [&g, endpoint](const httplib::Request& req, httplib::Response& res) {
+    auto auth = Authorize(g, req);
+    if (!auth.ok()) return SendError(res, auth.status());
+    HandleCompletion(g, endpoint, *auth, req, res);
+  };
+}
+
+// Responses httplib makes itself (unknown route, body too large): the same JSON shape.
+httplib::Server::HandlerResponse OnHttpError(const httplib::Request& req, httplib::Response& res) {
+  if (!res.body.empty() || res.is_chunked_content_provider_) {
+    return httplib::Server::HandlerResponse::Unhandled;  // a handler answered already
+  }
+  if (res.status == 499) return httplib::Server::HandlerResponse::Unhandled;
+  const std::string what = res.status == 404
+                               ? absl::StrCat("Unknown request URL: ", req.method, " ", req.path)
+                               : absl::StrCat("HTTP ", res.status, ": ", req.method, " ", req.path);
+  absl::Status s = res.status == 404   ? absl::NotFoundError(what)
+                   : res.status == 413 ? absl::InvalidArgumentError("request body too large")
+                                       : absl::InvalidArgumentError(what);
+  const int status = res.status;
+  SendError(res, WithDetails(s, "", res.status == 404 ? "unknown_url" : ""));
+  res.status = status;
+  return httplib::Server::HandlerResponse::Handled;
+}
+
+}  // namespace
+
+void AddRoutes(httplib::Server& server, Gateway& g) {
+  server.Get("/health",
+             Guard([&g](const httplib::Request&, httplib::Response& res) { Health(g, res); }));
+  server.Get("/v1/models", Guard([&g](const httplib::Request& req, httplib::Response& res) {
+               Models(g, req, res);
+             }));
+  server.Get(R"(/v1/models/(.+))", Guard([&g](const httplib::Request& req, httplib::Response& res) {
+               Models(g, req, res);
+             }));
+  server.Post("/v1/chat/completions", Guard(Completion(g, Endpoint::kChat)));
+  server.Post("/v1/completions", Guard(Completion(g, Endpoint::kCompletions)));
+  server.set_error_handler(httplib::Server::HandlerWithResponse(OnHttpError));
+  server.set_exception_handler(
+      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr) {
+        SendError(res, absl::InternalError(absl::StrCat("internal error in ", req.path)));
+      });
+}
+
+}  // namespace kimi::gateway

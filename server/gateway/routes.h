@@ -1,0 +1,19 @@
+// The gateway's HTTP routes:
+//   GET  /health                 200 {"status":"ok"} once the backend's grpc.health.v1 Check says
+//                                SERVING; 503 before that (loading, draining, unreachable)
+//   GET  /v1/models              the backend's model (GetModelInfo), OpenAI's list shape
+//   GET  /v1/models/{model}      that model, or 404 model_not_found
+//   POST /v1/chat/completions    completion_handler.h
+//   POST /v1/completions         completion_handler.h
+// Anything else is an OpenAI-shaped 404. Every handler runs inside a catch-all: an exception from
+// a library becomes a 500, never a dead connection thread.
+#pragma once
+
+#include "server/gateway/gateway.h"
+#include <httplib.h>
+
+namespace kimi::gateway {
+
+void AddRoutes(httplib::Server& server, Gateway& gateway);
+
+}  // namespace kimi::gateway

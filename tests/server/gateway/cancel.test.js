@@ -1,0 +1,78 @@
+// A client that goes away cancels its request on the server: aborting a stream (one choice or n),
+// or abandoning a non-streaming request, shows in kimi-server's metrics as a client_cancel and the
+// request's state slot is freed; requests running beside it are undisturbed.
+'use strict';
+const assert = require('assert');
+const h = require('./harness');
+
+(async () => {
+  const server = await h.startServer();
+  const gw = await h.startGateway(server);
+  const client = h.openai(gw);
+  const model = await h.modelName(client);
+  const cancels = async () => h.metric(await h.scrape(server),
+                                       'kimi_request_cancellations_total{reason="client_cancel"}');
+  const slotsUsed = async () => h.metric(await h.scrape(server), 'kimi_kda_state_slots{state="used"}');
+  const long = { model, max_tokens: 4000, ignore_eos: true };
+
+  // Reads `stream` until `after` chunks arrived, then aborts it; returns the chunks read.
+  async function abortAfter(stream, after) {
+    let received = 0;
+    for await (const _chunk of stream) {  // the chunks themselves do not matter
+      if (++received === after) {
+        stream.controller.abort();
+        break;
+      }
+    }
+    return received;
+  }
+
+  async function expectCancelled(before, count) {
+    await h.waitFor(async () => (await cancels()) === before + count, 10000,
+                    `client_cancel to reach ${before + count}`);
+    await h.waitFor(async () => (await slotsUsed()) === 0, 10000, 'state slots to be freed');
+    const text = await h.scrape(server);
+    assert.strictEqual(h.metric(text, 'kimi_mla_kv_pages{state="used"}'), 0);
+    assert.strictEqual(h.metric(text, 'kimi_requests_running'), 0);
+  }
+
+  await h.run([
+    ['aborting a chat stream cancels it on the server and frees its state', async () => {
+      const before = await cancels();
+      const stream = await client.chat.completions.create({
+        ...long, messages: [{ role: 'user', content: 'Go on forever.' }], stream: true });
+      const received = await abortAfter(stream, 5);
+      assert.strictEqual(received, 5);
+      await expectCancelled(before, 1);
+    }],
+    ['aborting a completions stream with n = 3 cancels all three', async () => {
+      const before = await cancels();
+      const stream = await client.completions.create({ ...long, prompt: 'forever', n: 3,
+                                                       stream: true });
+      await abortAfter(stream, 10);
+      await expectCancelled(before, 3);
+    }],
+    ['abandoning a non-streaming request cancels it too', async () => {
+      const before = await cancels();
+      const abort = new AbortController();
+      const pending = client.completions.create({ ...long, prompt: 'never read' },
+                                                { signal: abort.signal });
+      await h.waitFor(async () => (await slotsUsed()) === 1, 10000, 'the request to run');
+      abort.abort();
+      await assert.rejects(pending, (e) => e instanceof h.OpenAI.APIUserAbortError);
+      await expectCancelled(before, 1);
+    }],
+    ['a cancelled stream does not disturb the others', async () => {
+      const req = { model, prompt: 'keep', max_tokens: 40, temperature: 0, ignore_eos: true };
+      const keep = client.completions.create(req);
+      const drop = await client.completions.create({ ...long, prompt: 'drop', stream: true });
+      await abortAfter(drop, 3);
+      const r = await keep;
+      const solo = await client.completions.create(req);
+      assert.strictEqual(r.choices[0].text, solo.choices[0].text);
+      assert.strictEqual(r.usage.completion_tokens, 40);
+    }],
+  ]);
+  await gw.stop();
+  await server.stop();
+})().catch((e) => { console.error(e); process.exit(1); });
