@@ -148,7 +148,7 @@ int Follow(const ServerConfig& c, Cluster& cl) {
     MpiCommunicator::Abort(absl::StrCat("rank ", cl.rank(), ": cannot load model: ",
                                         model.status().message()));
   }
-  spdlog::info("{}", (*model)->shard().Describe());
+  spdlog::info("{} (pid {})", (*model)->shard().Describe(), getpid());
   const sched::SchedulerConfig pools = Pools(c, (*model)->config());
   DistributedOptions d;
   d.slots = pools.max_running;
@@ -283,7 +283,7 @@ int Run(int argc, char** argv) {
     };
     std::unique_ptr<StepRunner> runner;
     if (cluster->world) {
-      spdlog::info("{}", b.model->shard().Describe());
+      spdlog::info("{} (pid {})", b.model->shard().Describe(), getpid());
       DistributedOptions d;
       d.slots = lc.scheduler.max_running;
       d.pages = lc.scheduler.num_pages;

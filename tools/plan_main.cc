@@ -15,6 +15,9 @@
 ABSL_FLAG(std::string, config, "", "path to config.json (or a checkpoint directory)");
 ABSL_FLAG(int64_t, context, 131072, "context length for the per-request memory figures");
 ABSL_FLAG(bool, json, false, "print one JSON object instead of a table");
+ABSL_FLAG(int, tp, 1, "tensor-parallel ranks per stage");
+ABSL_FLAG(int, ep, 1, "expert-parallel ranks per stage");
+ABSL_FLAG(int, pp, 1, "pipeline stages");
 
 namespace {
 
@@ -33,7 +36,7 @@ std::string Bytes(double b) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Sizes a Kimi model from config.json alone.\n  kimi-plan --config config.json "
-      "[--context N] [--json]");
+      "[--tp N --ep N --pp N] [--context N] [--json]");
   absl::ParseCommandLine(argc, argv);
   std::string path = absl::GetFlag(FLAGS_config);
   if (path.empty()) {
@@ -56,6 +59,15 @@ int main(int argc, char** argv) {
     return 1;
   }
   const kimi::ModelPlan p = kimi::PlanModel(*config);
+  kimi::ParallelLayout layout;
+  layout.tp = absl::GetFlag(FLAGS_tp);
+  layout.ep = absl::GetFlag(FLAGS_ep);
+  layout.pp = absl::GetFlag(FLAGS_pp);
+  if (absl::Status s = kimi::ValidateLayout(*config, layout); !s.ok()) {
+    std::fprintf(stderr, "kimi-plan: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  const kimi::ParallelPlan pp = kimi::PlanParallel(*config, layout, absl::GetFlag(FLAGS_context));
   const int64_t ctx = absl::GetFlag(FLAGS_context);
   const int64_t request_bytes = p.kda_state_bytes + p.kv_bytes_per_token * ctx;
   if (absl::GetFlag(FLAGS_json)) {
@@ -75,6 +87,22 @@ int main(int argc, char** argv) {
     j["attn_res_bytes_per_token"] = p.attn_res_bytes_per_token;
     j["context"] = ctx;
     j["state_bytes_per_request_at_context"] = request_bytes;
+    nlohmann::ordered_json par;
+    par["tp"] = layout.tp;
+    par["ep"] = layout.ep;
+    par["pp"] = layout.pp;
+    par["ranks"] = pp.ranks;
+    par["weight_bytes_per_rank"] = pp.weight_bytes_per_rank;
+    par["kda_state_bytes_per_request_per_rank"] = pp.kda_state_bytes_per_rank;
+    par["mla_kv_bytes_per_token_per_rank"] = pp.kv_bytes_per_token_per_rank;
+    par["state_bytes_per_request_per_rank_at_context"] = pp.request_bytes_per_rank;
+    par["traffic_bytes_per_decode_token_per_rank"] = {{"tp", pp.tp_bytes},
+                                                      {"ep", pp.ep_bytes},
+                                                      {"pp", pp.pp_bytes},
+                                                      {"vocab", pp.vocab_bytes}};
+    par["expert_dispatch_bytes_per_token"] = pp.dispatch_bytes_per_token;
+    par["expert_dispatch_bytes_per_token_full_hidden"] = pp.dispatch_bytes_full_hidden;
+    j["parallel"] = par;
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
@@ -94,5 +122,27 @@ int main(int argc, char** argv) {
               Bytes(p.attn_res_bytes_per_token).c_str());
   std::printf("request at %lld   %s of state + KV\n", static_cast<long long>(ctx),
               Bytes(request_bytes).c_str());
+  if (pp.ranks > 1) {
+    std::printf("\nparallel          tp %d, ep %d, pp %d = %d ranks (heaviest rank shown)\n",
+                layout.tp, layout.ep, layout.pp, pp.ranks);
+    std::printf("  weights         %s per rank\n", Bytes(pp.weight_bytes_per_rank).c_str());
+    std::printf("  KDA state       %s per request per rank\n",
+                Bytes(pp.kda_state_bytes_per_rank).c_str());
+    std::printf("  MLA KV cache    %s per token per rank\n",
+                Bytes(pp.kv_bytes_per_token_per_rank).c_str());
+    std::printf("  request at %lld %s per rank\n", static_cast<long long>(ctx),
+                Bytes(pp.request_bytes_per_rank).c_str());
+    std::printf("  per decode token sent by a rank: tp %s, ep %s, pp %s, vocab gather %s\n",
+                Bytes(pp.tp_bytes).c_str(), Bytes(pp.ep_bytes).c_str(),
+                Bytes(pp.pp_bytes).c_str(), Bytes(pp.vocab_bytes).c_str());
+  }
+  if (config->moe.latent_dim > 0) {
+    std::printf("expert dispatch   %s per token each way in the latent (%s with the full hidden: "
+                "%.2fx)\n",
+                Bytes(pp.dispatch_bytes_per_token).c_str(),
+                Bytes(pp.dispatch_bytes_full_hidden).c_str(),
+                static_cast<double>(pp.dispatch_bytes_per_token) /
+                    static_cast<double>(pp.dispatch_bytes_full_hidden));
+  }
   return 0;
 }

@@ -13,11 +13,25 @@ namespace kimi {
 struct MpiCommunicator::Impl {
   MPI_Comm comm = MPI_COMM_NULL;
   bool owned = false;
+  std::string peers;  // the other members as world ranks, for error messages
 };
 
 MpiCommunicator::MpiCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
   MPI_Comm_rank(impl_->comm, &rank_);
   MPI_Comm_size(impl_->comm, &size_);
+  MPI_Group group, world_group;
+  MPI_Comm_group(impl_->comm, &group);
+  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  std::vector<int> local(size_), world(size_);
+  for (int i = 0; i < size_; ++i) local[i] = i;
+  MPI_Group_translate_ranks(group, size_, local.data(), world_group, world.data());
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+  for (int i = 0; i < size_; ++i) {
+    if (i == rank_) continue;
+    absl::StrAppend(&impl_->peers, impl_->peers.empty() ? "" : ", ", world[i]);
+  }
+  MPI_Group_free(&group);
+  MPI_Group_free(&world_group);
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -81,7 +95,7 @@ absl::Status MpiCommunicator::Wait(void* request, const char* what, int peer) {
   for (;;) {
     int done = 0;
     if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-      return absl::InternalError(absl::StrCat("rank ", rank_, ": MPI ", what, " failed"));
+      return absl::InternalError(absl::StrCat("rank ", world_rank_, ": MPI ", what, " failed"));
     }
     if (done) return absl::OkStatus();
     if (++spins < 200) {
@@ -90,7 +104,9 @@ absl::Status MpiCommunicator::Wait(void* request, const char* what, int peer) {
     }
     if (std::chrono::steady_clock::now() > deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
-          "rank ", rank_, ": ", what, peer >= 0 ? absl::StrCat(" with rank ", peer) : "",
+          "rank ", world_rank_, ": ", what,
+          peer >= 0 ? absl::StrCat(" with rank ", peer)
+                    : absl::StrCat(" with ranks ", impl_->peers),
           " did not complete in ", timeout_.count(), " s (a peer rank died or hangs)"));
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));

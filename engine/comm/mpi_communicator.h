@@ -46,6 +46,7 @@ class MpiCommunicator final : public Communicator {
 
   std::unique_ptr<Impl> impl_;
   int rank_ = 0, size_ = 1;
+  int world_rank_ = 0;
   std::chrono::seconds timeout_;
 };
 

@@ -37,20 +37,26 @@ if (!fs.existsSync(path.join(modelDir, 'config.json'))) {
 }
 
 // Starts kimi-server; resolves once it reports SERVING. Extra args go to the command line.
-function startServer(args = [], { waitServing = true, env = {} } = {}) {
+function startServer(args = [], { waitServing = true, env = {}, launcher = [] } = {}) {
   return new Promise((resolve, reject) => {
     const argv = ['--model', modelDir, '--listen', '127.0.0.1:0', '--metrics-listen', '127.0.0.1:0',
                   '--batching.page_size', '16', '--memory.kv_cache_mib', '64',
                   '--memory.kda_state_mib', '64', ...args];
-    const proc = spawn(path.join(build, 'bin/kimi-server'), argv,
-                       { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-    const server = { proc, log: '', port: 0, metricsPort: 0, exited: null };
+    const exe = path.join(build, 'bin/kimi-server');
+    const proc = launcher.length
+      ? spawn(launcher[0], [...launcher.slice(1), exe, ...argv],
+              { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+      : spawn(exe, argv, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const server = { proc, log: '', port: 0, metricsPort: 0, exited: null, ranks: {} };
     const timer = setTimeout(() => {
       proc.kill('SIGKILL');
       reject(new Error(`server did not become ready in 60 s:\n${server.log}`));
     }, 60000);
     const onData = (chunk) => {
       server.log += chunk.toString();
+      for (const m of server.log.matchAll(/rank (\d+): stage .*\(pid (\d+)\)/g)) {
+        server.ranks[Number(m[1])] = Number(m[2]);
+      }
       const m = server.log.match(/gRPC listening on 127\.0\.0\.1:(\d+).*metrics on http:\/\/127\.0\.0\.1:(\d+)/);
       if (m && !server.port) {
         server.port = Number(m[1]);
@@ -77,6 +83,15 @@ function startServer(args = [], { waitServing = true, env = {} } = {}) {
     });
     process.on('exit', () => { if (!server.exited) proc.kill('SIGKILL'); });
   });
+}
+
+// The same, as an SPMD job: `mpirun -np N kimi-server ...` (rank 0 serves). `server.ranks` maps
+// rank -> pid from the ranks' start-up lines.
+function startMpiServer(np, args = [], options = {}) {
+  const env = { OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1',
+                OMPI_MCA_rmaps_base_oversubscribe: '1', ...(options.env || {}) };
+  return startServer(args, { ...options, env,
+                             launcher: ['mpirun', '--oversubscribe', '-np', String(np)] });
 }
 
 function client(server, creds = grpc.credentials.createInsecure(), options = {}) {
@@ -156,6 +171,7 @@ async function run(tests, limit = 120000) {
 
 function tmpdir(prefix) { return fs.mkdtempSync(path.join(os.tmpdir(), prefix)); }
 
-module.exports = { grpc, kimi, root, build, modelDir, startServer, client, healthClient,
+module.exports = { grpc, kimi, root, build, modelDir, startServer, startMpiServer, client,
+                   healthClient,
                    reflectionClient, generate, unary, scrape, metric, waitFor, run, tmpdir,
                    execFileSync };
