@@ -12,7 +12,7 @@ KIMI_PACKAGES=(
   libabsl-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev libyaml-cpp-dev libspdlog-dev libcpp-httplib-dev
-  python3 python3-numpy python3-torch
+  python3 python3-numpy python3-torch python3-yaml
   libpcre2-dev
   libssl-dev openssl prometheus
   openmpi-bin libopenmpi-dev

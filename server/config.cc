@@ -309,7 +309,8 @@ std::string HelpText() {
       "                   [--metrics-listen 127.0.0.1:PORT] [flags]\n\n"
       "Every setting is a key of the YAML config file (--config FILE) and a flag; flags override\n"
       "the file. Each key can be given as --section.key VALUE; common ones have short flags.\n"
-      "--print-example-config prints a complete YAML file with every default.\n\n";
+      "--print-example-config prints a complete YAML file with every default;\n"
+      "--check-config validates the file and flags and exits.\n\n";
   const ServerConfig defaults;
   std::string section;
   for (const Setting& s : Settings()) {

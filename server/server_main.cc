@@ -166,6 +166,18 @@ int Run(int argc, char** argv) {
     std::fputs(ExampleYaml().c_str(), stdout);  // deploy/config/example.yaml
     return 0;
   }
+  // --check-config: parse and validate the configuration (file and flags), then exit.
+  bool check_only = false;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (i > 0 && std::string(argv[i]) == "--check-config") {
+      check_only = true;
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  argc = static_cast<int>(args.size());
+  argv = args.data();
   bool help = false;
   auto parsed = ParseCommandLine(argc, argv, &help);
   if (help) {
@@ -183,6 +195,10 @@ int Run(int argc, char** argv) {
     return 2;
   }
   const ServerConfig& c = b.config;
+  if (check_only) {
+    std::printf("config OK\n");
+    return 0;
+  }
   spdlog::set_level(spdlog::level::from_str(c.log_level));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
   if (c.threads > 0) setenv("KIMI_NUM_THREADS", std::to_string(c.threads).c_str(), 1);
