@@ -122,9 +122,72 @@ std::vector<int64_t> LogitRows(std::span<const SequenceStep> batch, const StepLa
 absl::Status Engine::Step(std::span<const SequenceStep> batch, EngineState& state,
                           StepOutput* out) const {
   const ModelConfig& c = model_.config();
-  const ModelWeights& w = model_.weights();
   const Shard& sh = model_.shard();
   if (absl::Status s = Validate(c, batch, state); !s.ok()) return s;
+  out->vocab = c.vocab;
+  {
+    StepLayout whole;
+    for (const SequenceStep& s : batch) {
+      whole.seqs.push_back(SeqSpan{whole.tokens, static_cast<int64_t>(s.tokens.size()), s.pos0,
+                                   s.kda_slot, s.pages});
+      whole.tokens += static_cast<int64_t>(s.tokens.size());
+    }
+    LogitRows(batch, whole, &out->first_row);
+  }
+  // Pipeline stages overlap on micro-batches: stage s works on micro-batch m + 1 while stage s + 1
+  // works on m. Sequences are independent, so splitting the batch changes no result; every rank
+  // derives the same split from the batch.
+  const size_t parts = sh.layout.pp > 1 ? std::min<size_t>(sh.layout.pp, batch.size()) : 1;
+  int64_t total_tokens = 0;
+  for (const SequenceStep& s : batch) total_tokens += static_cast<int64_t>(s.tokens.size());
+  out->logits.clear();
+  size_t begin = 0;
+  int64_t tokens_done = 0;
+  for (size_t part = 0; part < parts; ++part) {
+    // Contiguous groups of about equal token counts.
+    size_t end = begin;
+    const int64_t target = total_tokens * static_cast<int64_t>(part + 1) / static_cast<int64_t>(parts);
+    while (end < batch.size() && (tokens_done < target || end == begin) &&
+           batch.size() - end > parts - part - 1) {
+      tokens_done += static_cast<int64_t>(batch[end].tokens.size());
+      ++end;
+    }
+    if (part + 1 == parts) {
+      while (end < batch.size()) tokens_done += static_cast<int64_t>(batch[end++].tokens.size());
+    }
+    std::vector<float> logits;
+    if (absl::Status s = RunStage(batch.subspan(begin, end - begin), state, &logits); !s.ok()) {
+      return s;
+    }
+    out->logits.insert(out->logits.end(), logits.begin(), logits.end());
+    begin = end;
+  }
+  // Rank 0 (first stage, first position) gets the logits from the last stage, in one message
+  // after every micro-batch (an earlier send would wait on rank 0 while it still feeds stage 1).
+  if (sh.layout.pp > 1) {
+    int64_t n = 0;
+    for (const SequenceStep& s : batch) {
+      n += s.logits == LogitsWanted::kAll ? static_cast<int64_t>(s.tokens.size())
+           : s.logits == LogitsWanted::kLast ? 1 : 0;
+    }
+    if (sh.last_stage() && sh.local == 0) {
+      return comms_.world->Send(out->logits.data(), n * c.vocab * 4, 0, kTagLogits);
+    }
+    if (sh.rank == 0) {
+      out->logits.resize(n * c.vocab);
+      return comms_.world->Recv(out->logits.data(), n * c.vocab * 4,
+                                sh.RankOf(sh.layout.pp - 1, 0), kTagLogits);
+    }
+    out->logits.clear();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::RunStage(std::span<const SequenceStep> batch, EngineState& state,
+                              std::vector<float>* logits_out) const {
+  const ModelConfig& c = model_.config();
+  const ModelWeights& w = model_.weights();
+  const Shard& sh = model_.shard();
 
   StepLayout layout;
   std::vector<int32_t> tokens;
@@ -198,10 +261,10 @@ absl::Status Engine::Step(std::span<const SequenceStep> batch, EngineState& stat
     r.Add(y.data(), /*restart=*/false);
   }
 
-  out->vocab = c.vocab;
-  const std::vector<int64_t> rows = LogitRows(batch, layout, &out->first_row);
+  std::vector<int64_t> first_row;
+  const std::vector<int64_t> rows = LogitRows(batch, layout, &first_row);
   const int64_t n = static_cast<int64_t>(rows.size());
-  out->logits.clear();
+  logits_out->clear();
   if (!sh.last_stage()) {
     const int next = sh.RankOf(sh.stage + 1, sh.local);
     if (absl::Status s = comms_.world->Send(r.hidden.data(), T * d * 4, next, kTagActivations);
@@ -209,17 +272,7 @@ absl::Status Engine::Step(std::span<const SequenceStep> batch, EngineState& stat
       return s;
     }
     if (r.attn_res()) {
-      if (absl::Status s = comms_.world->Send(r.bank.data(), T * r.stride() * 4, next,
-                                              kTagActivations);
-          !s.ok()) {
-        return s;
-      }
-    }
-    // Rank 0 (first stage, first position) gets the logits from the last stage.
-    if (sh.rank == 0) {
-      out->logits.resize(n * c.vocab);
-      return comms_.world->Recv(out->logits.data(), n * c.vocab * 4,
-                                sh.RankOf(sh.layout.pp - 1, 0), kTagLogits);
+      return comms_.world->Send(r.bank.data(), T * r.stride() * 4, next, kTagActivations);
     }
     return absl::OkStatus();
   }
@@ -230,28 +283,24 @@ absl::Status Engine::Step(std::span<const SequenceStep> batch, EngineState& stat
   for (int64_t i = 0; i < n; ++i) std::copy_n(final_in + rows[i] * d, d, &picked[i * d]);
   cpu::RmsNorm(picked.data(), picked.data(), w.final_norm, n, d, c.rms_eps);
   const int g = sh.layout.group();
+  logits_out->resize(n * c.vocab);
   if (g == 1) {
-    out->logits.resize(n * c.vocab);
-    cpu::MatMul(out->logits.data(), picked.data(), w.lm_head, n);
-  } else {
-    // Each rank of the stage holds a chunk of the vocabulary; gather and interleave the chunks.
-    const int64_t chunk = w.lm_head_rows_per_rank;
-    std::vector<float> mine(n * chunk, 0.0f), all(g * n * chunk);
-    cpu::MatMul(mine.data(), chunk, picked.data(), d, w.lm_head, n);
-    if (absl::Status s = comms_.stage->AllGather(mine.data(), n * chunk, all.data()); !s.ok()) {
-      return s;
-    }
-    out->logits.resize(n * c.vocab);
-    for (int64_t i = 0; i < n; ++i) {
-      for (int k = 0; k < g; ++k) {
-        const int64_t v0 = k * chunk, count = std::min<int64_t>(chunk, c.vocab - v0);
-        if (count <= 0) continue;
-        std::copy_n(&all[(k * n + i) * chunk], count, &out->logits[i * c.vocab + v0]);
-      }
-    }
+    cpu::MatMul(logits_out->data(), picked.data(), w.lm_head, n);
+    return absl::OkStatus();
   }
-  if (sh.layout.pp > 1 && sh.local == 0) {
-    return comms_.world->Send(out->logits.data(), n * c.vocab * 4, 0, kTagLogits);
+  // Each rank of the stage holds a chunk of the vocabulary; gather and interleave the chunks.
+  const int64_t chunk = w.lm_head_rows_per_rank;
+  std::vector<float> mine(n * chunk, 0.0f), all(g * n * chunk);
+  cpu::MatMul(mine.data(), chunk, picked.data(), d, w.lm_head, n);
+  if (absl::Status s = comms_.stage->AllGather(mine.data(), n * chunk, all.data()); !s.ok()) {
+    return s;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    for (int k = 0; k < g; ++k) {
+      const int64_t v0 = k * chunk, count = std::min<int64_t>(chunk, c.vocab - v0);
+      if (count <= 0) continue;
+      std::copy_n(&all[(k * n + i) * chunk], count, &(*logits_out)[i * c.vocab + v0]);
+    }
   }
   return absl::OkStatus();
 }

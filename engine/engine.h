@@ -59,6 +59,11 @@ class Engine {
   const Model& model() const { return model_; }
 
  private:
+  // This rank's stage of a (micro-)batch: receives from the previous stage or embeds, runs the
+  // stage's layers, sends to the next stage or computes the logits rows into `logits`.
+  absl::Status RunStage(std::span<const SequenceStep> batch, EngineState& state,
+                        std::vector<float>* logits) const;
+
   const Model& model_;
   EngineComms comms_;
 };

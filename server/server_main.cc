@@ -210,6 +210,17 @@ int Run(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // Ranks share the machine's cores: by default each takes its share (Open MPI says how many
+  // ranks run on this node).
+  if (c.threads == 0) {
+    if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) {
+      const int ranks_here = std::max(1, std::atoi(local));
+      const int cores = static_cast<int>(std::thread::hardware_concurrency());
+      setenv("KIMI_NUM_THREADS", std::to_string(std::max(1, cores / ranks_here)).c_str(), 1);
+    }
+  }
+  // Followers keep SIGTERM/SIGINT blocked for good: they stop when rank 0 tells them (after its
+  // drain), or when the job is aborted.
   auto cluster = JoinCluster(c);
   if (!cluster.ok()) {
     spdlog::error("{}", std::string(cluster.status().message()));

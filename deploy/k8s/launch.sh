@@ -33,6 +33,16 @@ for ((i = 1; i < size; i++)); do
   hosts+=("$host")
 done
 printf '%s slots=1\n' "${hosts[@]}" >"$HOME/hostfile"
-exec mpirun --hostfile "$HOME/hostfile" -np "$size" --map-by node \
-     -x KIMI_NUM_THREADS --mca plm_rsh_args "-p 2222" \
-     kimi-server --config /etc/kimi/config.yaml "$@"
+mpirun --hostfile "$HOME/hostfile" -np "$size" --map-by node \
+  --mca plm_rsh_args "-p 2222" \
+  kimi-server --config /etc/kimi/config.yaml "$@" &
+mpirun_pid=$!
+# Pod termination: SIGTERM to rank 0 only. It drains its streams (NOT_SERVING meanwhile), then
+# releases the other ranks, and mpirun exits 0; signalling mpirun would abort the job instead.
+stop() {
+  rank0=$(pgrep -P "$mpirun_pid" -x kimi-server | head -n 1)
+  if [ -n "$rank0" ]; then kill -TERM "$rank0"; else kill -TERM "$mpirun_pid"; fi
+}
+trap stop TERM INT
+wait "$mpirun_pid" || true
+wait "$mpirun_pid"

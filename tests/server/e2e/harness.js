@@ -76,10 +76,16 @@ function startServer(args = [], { waitServing = true, env = {}, launcher = [] } 
       if (!server.port) reject(new Error(`server exited (${code}, ${signal}):\n${server.log}`));
     });
     server.address = () => `127.0.0.1:${server.port}`;
+    // Graceful stop: SIGTERM to the serving process (under mpirun, rank 0, which drains and then
+    // releases the other ranks; mpirun itself treats a signal as a failed job).
     server.stop = () => new Promise((res) => {
       if (server.exited) return res(server.exited);
       proc.once('exit', (code, signal) => res({ code, signal }));
-      proc.kill('SIGTERM');
+      if (launcher.length && server.ranks[0]) {
+        process.kill(server.ranks[0], 'SIGTERM');
+      } else {
+        proc.kill('SIGTERM');
+      }
     });
     process.on('exit', () => { if (!server.exited) proc.kill('SIGKILL'); });
   });

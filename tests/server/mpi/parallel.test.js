@@ -26,16 +26,19 @@ function parse(layout) {
   return p;
 }
 
+// One by one, then all at once (several sequences per step: pipeline micro-batches).
 async function run(server) {
   const c = h.client(server);
-  const out = [];
-  for (const text of prompts) {
-    const r = await h.generate(c, { text, max_tokens: 8, ignore_eos: true, logprobs: 3,
-                                    sampling: { temperature: 0 } });
+  const req = (text) => ({ text, max_tokens: 8, ignore_eos: true, logprobs: 3,
+                           sampling: { temperature: 0 } });
+  const shape = (r) => {
     assert.strictEqual(r.status.code, 0, `${r.status.details}\n${server.log}`);
-    out.push({ tokens: r.tokens, logprobs: r.messages.flatMap((m) => m.logprobs) });
-  }
-  return out;
+    return { tokens: r.tokens, logprobs: r.messages.flatMap((m) => m.logprobs) };
+  };
+  const out = [];
+  for (const text of prompts) out.push(shape(await h.generate(c, req(text))));
+  const together = await Promise.all(prompts.map((t) => h.generate(c, req(t))));
+  return out.concat(together.map(shape));
 }
 
 (async () => {
@@ -53,8 +56,8 @@ async function run(server) {
       assert.strictEqual(Object.keys(server.ranks).length, np, server.log);
       const got = await run(server);
       let worst = 0;
-      for (let i = 0; i < prompts.length; i++) {
-        assert.deepStrictEqual(got[i].tokens, want[i].tokens, `prompt ${i}`);
+      for (let i = 0; i < got.length; i++) {
+        assert.deepStrictEqual(got[i].tokens, want[i].tokens, `run ${i}`);
         got[i].logprobs.forEach((lp, j) => {
           const ref = want[i].logprobs[j];
           worst = Math.max(worst, Math.abs(lp.logprob - ref.logprob));
