@@ -19,17 +19,27 @@ void Mla(const ModelConfig& c, const MlaWeights& w, int64_t mla_index, const flo
   const int64_t T = layout.tokens, H = m.num_heads, qk = m.qk_head_dim();
   const int64_t R = m.kv_lora_rank, width = m.cache_width();
 
-  std::vector<float> q(T * H * qk);
+  // Every projection of x in one pass: q (or q-LoRA's down projection), the cached latent, the
+  // output gate.
+  std::vector<float> q(T * H * qk), cq, latent(T * width), gate;
+  {
+    std::vector<MatMulTarget> targets = {{latent.data(), width, &w.kv_a_proj}};
+    if (m.q_lora_rank > 0) {
+      cq.resize(T * m.q_lora_rank);
+      targets.push_back({cq.data(), m.q_lora_rank, &w.q_a_proj});
+    } else {
+      targets.push_back({q.data(), H * qk, &w.q_proj});
+    }
+    if (m.output_gate) {
+      gate.resize(T * H * m.v_head_dim);
+      targets.push_back({gate.data(), H * m.v_head_dim, &w.g_proj});
+    }
+    MatMulMany(targets, x, c.hidden, T);
+  }
   if (m.q_lora_rank > 0) {
-    std::vector<float> cq(T * m.q_lora_rank);
-    MatMul(cq.data(), x, w.q_a_proj, T);
     RmsNorm(cq.data(), cq.data(), w.q_a_norm, T, m.q_lora_rank, m.norm_eps);
     MatMul(q.data(), cq.data(), w.q_b_proj, T);
-  } else {
-    MatMul(q.data(), x, w.q_proj, T);
   }
-  std::vector<float> latent(T * width);
-  MatMul(latent.data(), x, w.kv_a_proj, T);
   for (int64_t t = 0; t < T; ++t) {  // k_pe is not normalised
     RmsNorm(&latent[t * width], &latent[t * width], w.kv_a_norm, 1, R, m.norm_eps);
   }
@@ -46,11 +56,7 @@ void Mla(const ModelConfig& c, const MlaWeights& w, int64_t mla_index, const flo
     MlaAttention(o.data() + s.offset * H * m.v_head_dim, q.data() + s.offset * H * qk, s.count,
                  s.pos0, rows, w.kv_b_proj, dims, scale);
   }
-  if (m.output_gate) {
-    std::vector<float> gate(T * H * m.v_head_dim);
-    MatMul(gate.data(), x, w.g_proj, T);
-    for (size_t i = 0; i < o.size(); ++i) o[i] *= Sigmoid(gate[i]);
-  }
+  if (m.output_gate) MulSigmoid(o.data(), gate.data(), static_cast<int64_t>(o.size()));
   MatMul(out, o.data(), w.o_proj, T);
 }
 

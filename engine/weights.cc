@@ -248,8 +248,7 @@ absl::Status Model::Bind(const Options& opts) {
 
 int64_t Model::PackMatrices() {
   // Every matrix MatMul reads, once per tensor (a tied lm_head is the embedding too; DequantizeRow
-  // reads packed rows). kv_b_proj is split per head with Rows(): it is packed only when the heads'
-  // row ranges fall on group boundaries.
+  // reads packed rows). Not kv_b_proj: MLA reads it row by row (DequantizeRow) and per head.
   std::vector<Weight*> all;
   const auto add = [&](Weight& w) {
     if (w.data) all.push_back(&w);
@@ -271,8 +270,6 @@ int64_t Model::PackMatrices() {
     for (Weight* x : {&m.q_proj, &m.q_a_proj, &m.q_b_proj, &m.kv_a_proj, &m.g_proj, &m.o_proj}) {
       add(*x);
     }
-    const MlaConfig& mc = config_.mla;
-    if (mc.qk_nope_head_dim % kPackRows == 0 && mc.v_head_dim % kPackRows == 0) add(m.kv_b_proj);
     add_mlp(L.mlp);
     add(L.moe.router);
     add(L.moe.latent_down);
