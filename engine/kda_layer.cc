@@ -61,7 +61,7 @@ void Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, const flo
 
   std::vector<float> o(T * P);
   const float scale = 1.0f / std::sqrt(static_cast<float>(K));
-  for (const SeqSpan& s : layout.seqs) {
+  const auto attend = [&](const SeqSpan& s) {
     const KdaDims d{s.count, H, K, K};
     const int64_t a = s.offset * P;
     float* state = pool.Recurrent(s.kda_slot, kda_index);
@@ -73,6 +73,15 @@ void Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, const flo
       KdaChunk(o.data() + a, q + a, k + a, v + a, g.data() + a, beta.data() + s.offset * H, state,
                d, scale, s.pos0);
     }
+  };
+  // Many short sequences (batched decode): one sequence per thread at a time; otherwise each
+  // sequence's heads are split over the threads. A sequence's result is the same either way.
+  if (ManyShortSequences(layout)) {
+    ParallelFor(static_cast<int64_t>(layout.seqs.size()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) attend(layout.seqs[i]);
+    });
+  } else {
+    for (const SeqSpan& s : layout.seqs) attend(s);
   }
 
   // Output gate: low rank (Kimi Linear) or full rank (K3).

@@ -42,6 +42,9 @@ struct MlaWeights {
   Weight kv_a_proj;                         // [rank + rope, hidden]
   const float* kv_a_norm = nullptr;
   Weight kv_b_proj;                         // [H * (nope + v), rank]
+  Weight uk_t;                              // [H * rank, nope]: each head's W_UK (the first
+                                            // nope rows of its kv_b_proj block) transposed, built
+                                            // at load so absorbing q is one MatMul per head
   Weight g_proj;                            // output gate (K3)
   Weight o_proj;
 };
@@ -107,12 +110,14 @@ class Model {
   int64_t PackMatrices();
   const float* Vec(const TensorInfo& t, int64_t count = -1);
   const float* Fold(const float* a, const float* b, int64_t n);
+  Weight TransposeUk(const Weight& kv_b);
 
   std::string dir_;
   ModelConfig config_;
   std::unique_ptr<Checkpoint> checkpoint_;
   ModelWeights weights_;
   std::vector<std::unique_ptr<float[]>> owned_;  // fp32 copies of small vectors
+  std::vector<std::unique_ptr<uint16_t[]>> owned_bf16_;  // derived bf16 matrices (uk_t)
 };
 
 }  // namespace kimi

@@ -11,12 +11,17 @@
 namespace kimi::cpu {
 namespace {
 
+// The hot loops are compiled once per instruction-set level and chosen at run time; helpers below
+// are inlined into each clone. Results are deterministic for a given machine.
+#define KIMI_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define KIMI_INLINE inline __attribute__((always_inline))
+
 // Row pointers into token-major [T, H, X] tensors.
 inline const float* At(const float* base, int64_t t, int64_t h, int64_t H, int64_t X) {
   return base + (t * H + h) * X;
 }
 
-void RecurrentHead(float* o, const float* q, const float* k, const float* v, const float* g,
+KIMI_CLONES void RecurrentHead(float* o, const float* q, const float* k, const float* v, const float* g,
                    const float* beta, float* S, const KdaDims& d, int64_t h, float scale) {
   const int64_t K = d.K, V = d.V, H = d.H;
   std::vector<float> kv(V), u(V), out(V);
@@ -52,11 +57,6 @@ void RecurrentHead(float* o, const float* q, const float* k, const float* v, con
     std::copy(out.begin(), out.end(), o + (t * H + h) * V);
   }
 }
-
-// The hot loops are compiled once per instruction-set level and chosen at run time; helpers below
-// are inlined into each clone. Results are deterministic for a given machine.
-#define KIMI_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#define KIMI_INLINE inline __attribute__((always_inline))
 
 // exp over an array, written so that the compiler vectorises it (Cephes expf: ~1 ulp on
 // [-87.3, 88.4], inputs clamped to that range).
