@@ -13,8 +13,8 @@ void GatedMlp(const ModelConfig& c, const MlpWeights& w, const float* x, float* 
   using namespace kimi::cpu;
   const int64_t I = w.gate.rows;
   std::vector<float> gate(rows * I), up(rows * I);
-  MatMul(gate.data(), x, w.gate, rows);
-  MatMul(up.data(), x, w.up, rows);
+  const MatMulTarget targets[] = {{gate.data(), I, &w.gate}, {up.data(), I, &w.up}};
+  MatMulMany(targets, x, w.gate.cols, rows);
   if (c.activation == Activation::kSituGlu) {
     SituGlu(gate.data(), gate.data(), up.data(), rows * I, c.situ_beta, c.situ_linear_beta);
   } else {
@@ -23,12 +23,61 @@ void GatedMlp(const ModelConfig& c, const MlpWeights& w, const float* x, float* 
   MatMul(out, gate.data(), w.down, rows);
 }
 
+namespace {
+
+// One unit of MoE work: an expert (or the shared experts) over its tokens.
+struct ExpertJob {
+  const MlpWeights* w;
+  const float* in;  // [n, width] gathered rows (or x itself)
+  float* out;       // [n, out width]
+  int64_t n;
+  double cost;
+};
+
+// Runs the jobs either one at a time with each MatMul split over the threads, or -- when there are
+// several of similar size, as in decode -- whole jobs side by side, one thread each (a decode
+// step's experts are too small to split well). Each job's result is the same either way.
+void RunExpertJobs(const ModelConfig& c, std::vector<ExpertJob>& jobs) {
+  const int threads = cpu::ThreadPool::Global().num_threads();
+  std::vector<std::vector<int>> bins(threads);
+  std::vector<double> load(threads, 0.0);
+  std::vector<int> order(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return jobs[a].cost > jobs[b].cost; });
+  double total = 0.0;
+  for (int i : order) {  // longest job first onto the least loaded thread
+    const int t = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    bins[t].push_back(i);
+    load[t] += jobs[i].cost;
+    total += jobs[i].cost;
+  }
+  const double worst = *std::max_element(load.begin(), load.end());
+  if (threads > 1 && jobs.size() > 1 && worst <= 1.25 * total / threads) {
+    cpu::ParallelFor(threads, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        for (int i : bins[t]) GatedMlp(c, *jobs[i].w, jobs[i].in, jobs[i].out, jobs[i].n);
+      }
+    });
+    return;
+  }
+  for (ExpertJob& j : jobs) GatedMlp(c, *j.w, j.in, j.out, j.n);
+}
+
+double JobCost(const MlpWeights& w, int64_t n) {
+  // Weight bytes, scaled up once the tokens make the expert compute-bound (~16 per weight pass).
+  const double bytes = static_cast<double>(w.gate.Bytes() + w.up.Bytes() + w.down.Bytes());
+  return bytes * (1.0 + static_cast<double>(n) / 16.0);
+}
+
+}  // namespace
+
 // Router on the full hidden x; routed experts on x (Kimi Linear) or on its latent projection
 // (K3), combined, latent-normalised and projected up; shared experts on x, unscaled.
 //
 // Each expert runs once over all tokens routed to it, so its weights are read once per step. A
 // token's expert outputs are added in ascending expert id, an order set by the token's own
-// routing: results do not depend on the rest of the batch.
+// routing: results do not depend on the rest of the batch or on which thread ran which expert.
 //
 // Split over ranks (routed experts by owner, or each expert's columns), every rank adds the
 // experts it holds, and the routed sum is reduced before the latent RMSNorm (a norm of partial
@@ -54,32 +103,41 @@ absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, floa
     MatMul(latent.data(), x, w.latent_down, T);
     z = latent.data();
   }
-  // Tokens per expert, in token order.
+  // Tokens per expert, in token order; each active expert's rows gathered into one buffer.
   std::vector<std::vector<std::pair<int32_t, float>>> routed(E);
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t j = 0; j < k; ++j) routed[ids[t * k + j]].emplace_back(t, weights[t * k + j]);
   }
-  std::vector<float> y(T * D, 0.0f), in, res;
+  std::vector<int64_t> first(E + 1, 0);
+  for (int64_t e = 0; e < E; ++e) first[e + 1] = first[e] + static_cast<int64_t>(routed[e].size());
+  std::vector<float> in(first[E] * D), res(first[E] * D);
+  std::vector<ExpertJob> jobs;
   for (int64_t e = 0; e < E; ++e) {
-    const auto& list = routed[e];
-    if (list.empty() || !w.experts[e].gate.data) continue;  // none routed, or another rank's
-    const int64_t n = static_cast<int64_t>(list.size());
-    in.resize(n * D);
-    res.resize(n * D);
-    for (int64_t i = 0; i < n; ++i) std::copy_n(z + list[i].first * D, D, &in[i * D]);
-    GatedMlp(c, w.experts[e], in.data(), res.data(), n);
+    const int64_t n = first[e + 1] - first[e];
+    if (n == 0 || !w.experts[e].gate.data) continue;  // none routed, or another rank's
     for (int64_t i = 0; i < n; ++i) {
-      float* yt = &y[list[i].first * D];
-      const float wt = list[i].second;
-      for (int64_t d = 0; d < D; ++d) yt[d] += wt * res[i * D + d];
+      std::copy_n(z + routed[e][i].first * D, D, &in[(first[e] + i) * D]);
+    }
+    jobs.push_back({&w.experts[e], &in[first[e] * D], &res[first[e] * D], n,
+                    JobCost(w.experts[e], n)});
+  }
+  std::vector<float> shared;
+  if (w.shared.gate.data) {
+    shared.resize(T * c.hidden);
+    jobs.push_back({&w.shared, x, shared.data(), T, JobCost(w.shared, T)});
+  }
+  RunExpertJobs(c, jobs);
+
+  std::vector<float> y(T * D, 0.0f);
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t i = 0; i < first[e + 1] - first[e]; ++i) {
+      float* yt = &y[routed[e][i].first * D];
+      const float wt = routed[e][i].second;
+      const float* r = &res[(first[e] + i) * D];
+      for (int64_t d = 0; d < D; ++d) yt[d] += wt * r[d];
     }
   }
   const int64_t d = c.hidden;
-  std::vector<float> shared;
-  if (w.shared.gate.data) {
-    shared.resize(T * d);
-    GatedMlp(c, w.shared, x, shared.data(), T);
-  }
   // With shared experts split like the routed ones and no latent, one reduction covers both.
   const bool fold_shared = split.shared && m.latent_dim == 0 && !shared.empty();
   if (fold_shared) {

@@ -18,10 +18,26 @@ absl::Status Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, c
   const int64_t H = c.kda.num_heads, K = c.kda.head_dim, P = c.kda.projection();
   const int W = static_cast<int>(c.kda.conv_kernel);
 
-  std::vector<float> proj(3 * T * P);  // [3][T, P]: q, k, v before the conv
-  MatMul(proj.data(), x, w.q_proj, T);
-  MatMul(proj.data() + T * P, x, w.k_proj, T);
-  MatMul(proj.data() + 2 * T * P, x, w.v_proj, T);
+  // Every projection of x in one pass: q, k, v (before the conv), the decay gate's low rank, beta,
+  // and the output gate (full rank, or its low rank).
+  std::vector<float> proj(3 * T * P);  // [3][T, P]
+  std::vector<float> low(T * w.f_a.rows), g(T * P), beta(T * H);
+  std::vector<float> gate(T * P), gate_low;
+  {
+    const int64_t d = c.hidden;
+    std::vector<MatMulTarget> targets = {{proj.data(), P, &w.q_proj},
+                                         {proj.data() + T * P, P, &w.k_proj},
+                                         {proj.data() + 2 * T * P, P, &w.v_proj},
+                                         {low.data(), w.f_a.rows, &w.f_a},
+                                         {beta.data(), H, &w.b_proj}};
+    if (c.kda.full_rank_gate) {
+      targets.push_back({gate.data(), P, &w.g_proj});
+    } else {
+      gate_low.resize(T * w.g_a.rows);
+      targets.push_back({gate_low.data(), w.g_a.rows, &w.g_a});
+    }
+    MatMulMany(targets, x, d, T);
+  }
   std::vector<float> qkv(3 * T * P);  // after conv + SiLU
   const float* conv_w[3] = {w.q_conv, w.k_conv, w.v_conv};
   for (const SeqSpan& s : layout.seqs) {
@@ -39,16 +55,13 @@ absl::Status Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, c
   L2Norm(k, T * H, K, 1e-6f);
 
   // Decay gate (fp32) and beta.
-  std::vector<float> low(T * K), g(T * P), beta(T * H);
-  MatMul(low.data(), x, w.f_a, T);
   MatMul(g.data(), low.data(), w.f_b, T);
   KdaGate(g.data(), g.data(), T, H, K, w.a_log, w.dt_bias, c.kda.gate_lower_bound);
-  MatMul(beta.data(), x, w.b_proj, T);
-  for (float& b : beta) b = Sigmoid(b);
+  SigmoidInPlace(beta.data(), T * H);
 
   std::vector<float> o(T * P);
   const float scale = 1.0f / std::sqrt(static_cast<float>(K));
-  for (const SeqSpan& s : layout.seqs) {
+  const auto attend = [&](const SeqSpan& s) {
     const KdaDims d{s.count, H, K, K};
     const int64_t a = s.offset * P;
     float* state = pool.Recurrent(s.kda_slot, kda_index);
@@ -60,17 +73,21 @@ absl::Status Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, c
       KdaChunk(o.data() + a, q + a, k + a, v + a, g.data() + a, beta.data() + s.offset * H, state,
                d, scale, s.pos0);
     }
+  };
+  // Many short sequences (batched decode): one sequence per thread at a time; otherwise each
+  // sequence's heads are split over the threads. A sequence's result is the same either way.
+  if (ManyShortSequences(layout)) {
+    ParallelFor(static_cast<int64_t>(layout.seqs.size()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) attend(layout.seqs[i]);
+    });
+  } else {
+    for (const SeqSpan& s : layout.seqs) attend(s);
   }
 
-  // Output gate: low rank (Kimi Linear) or full rank (K3); reuse `g` for it.
-  if (c.kda.full_rank_gate) {
-    MatMul(g.data(), x, w.g_proj, T);
-  } else {
-    MatMul(low.data(), x, w.g_a, T);
-    MatMul(g.data(), low.data(), w.g_b, T);
-  }
+  // Output gate: low rank (Kimi Linear) or full rank (K3).
+  if (!c.kda.full_rank_gate) MatMul(gate.data(), gate_low.data(), w.g_b, T);
   RmsNorm(o.data(), o.data(), w.o_norm, T * H, K, c.rms_eps);
-  for (int64_t i = 0; i < T * P; ++i) o[i] *= Sigmoid(g[i]);
+  MulSigmoid(o.data(), gate.data(), T * P);
   MatMul(out, o.data(), w.o_proj, T);
   return split.heads ? split.Reduce(out, T * c.hidden) : absl::OkStatus();
 }

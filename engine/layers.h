@@ -40,6 +40,16 @@ struct StepLayout {
   std::vector<SeqSpan> seqs;
 };
 
+// True when the step holds several sequences of a few tokens each (batched decode): attention is
+// then parallel over sequences rather than inside each.
+inline bool ManyShortSequences(const StepLayout& layout) {
+  if (layout.seqs.size() < 4) return false;
+  for (const SeqSpan& s : layout.seqs) {
+    if (s.count > 16) return false;
+  }
+  return true;
+}
+
 // x, out: [T, hidden]. `c` is the rank's view (ShardConfig): head counts are this rank's.
 // The outputs are complete (reduced over the stage) on return.
 absl::Status Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, const float* x,

@@ -19,38 +19,70 @@ absl::Status Mla(const ModelConfig& c, const MlaWeights& w, int64_t mla_index, c
   const int64_t T = layout.tokens, H = m.num_heads, qk = m.qk_head_dim();
   const int64_t R = m.kv_lora_rank, width = m.cache_width();
 
-  std::vector<float> q(T * H * qk);
+  // Every projection of x in one pass: q (or q-LoRA's down projection), the cached latent, the
+  // output gate.
+  std::vector<float> q(T * H * qk), cq, latent(T * width), gate;
+  {
+    std::vector<MatMulTarget> targets = {{latent.data(), width, &w.kv_a_proj}};
+    if (m.q_lora_rank > 0) {
+      cq.resize(T * m.q_lora_rank);
+      targets.push_back({cq.data(), m.q_lora_rank, &w.q_a_proj});
+    } else {
+      targets.push_back({q.data(), H * qk, &w.q_proj});
+    }
+    if (m.output_gate) {
+      gate.resize(T * H * m.v_head_dim);
+      targets.push_back({gate.data(), H * m.v_head_dim, &w.g_proj});
+    }
+    MatMulMany(targets, x, c.hidden, T);
+  }
   if (m.q_lora_rank > 0) {
-    std::vector<float> cq(T * m.q_lora_rank);
-    MatMul(cq.data(), x, w.q_a_proj, T);
     RmsNorm(cq.data(), cq.data(), w.q_a_norm, T, m.q_lora_rank, m.norm_eps);
     MatMul(q.data(), cq.data(), w.q_b_proj, T);
-  } else {
-    MatMul(q.data(), x, w.q_proj, T);
   }
-  std::vector<float> latent(T * width);
-  MatMul(latent.data(), x, w.kv_a_proj, T);
   for (int64_t t = 0; t < T; ++t) {  // k_pe is not normalised
     RmsNorm(&latent[t * width], &latent[t * width], w.kv_a_norm, 1, R, m.norm_eps);
   }
 
-  std::vector<float> o(T * H * m.v_head_dim);
-  const MlaDims dims{H, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, R};
+  // Absorbed queries qa [T, H, R + rope] = (W_UK_h^T q_nope | q_pe), one MatMul per head over
+  // every token of the step.
+  const int64_t wa = R + m.qk_rope_head_dim;
+  std::vector<float> qa(T * H * wa);
+  for (int64_t h = 0; h < H; ++h) {
+    MatMul(qa.data() + h * wa, H * wa, q.data() + h * qk, H * qk, w.uk_t.Rows(h * R, R), T);
+  }
+  for (int64_t i = 0; i < T * H; ++i) {
+    std::copy_n(&q[i * qk + m.qk_nope_head_dim], m.qk_rope_head_dim, &qa[i * wa + R]);
+  }
+  // Attention in the latent space, per sequence over its own pages.
+  std::vector<float> o_lat(T * H * R);
   const float scale = 1.0f / std::sqrt(static_cast<float>(qk));
-  for (const SeqSpan& s : layout.seqs) {
+  const auto attend = [&](const SeqSpan& s) {
     const PagedRows rows{cache.LayerPool(mla_index), s.pages.data(), cache.page_size(), width};
     for (int64_t i = 0; i < s.count; ++i) {
       const float* src = &latent[(s.offset + i) * width];
       std::copy(src, src + width, rows.Row(s.pos0 + i));
     }
-    MlaAttention(o.data() + s.offset * H * m.v_head_dim, q.data() + s.offset * H * qk, s.count,
-                 s.pos0, rows, w.kv_b_proj, dims, scale);
+    MlaLatentAttention(o_lat.data() + s.offset * H * R, qa.data() + s.offset * H * wa, s.count,
+                       s.pos0, rows, H, R, m.qk_rope_head_dim, scale);
+  };
+  // Many short sequences (batched decode): one sequence per thread at a time. Otherwise each
+  // sequence's attention is split over the threads. A sequence's result is the same either way.
+  if (layers::ManyShortSequences(layout)) {
+    ParallelFor(static_cast<int64_t>(layout.seqs.size()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) attend(layout.seqs[i]);
+    });
+  } else {
+    for (const SeqSpan& s : layout.seqs) attend(s);
   }
-  if (m.output_gate) {
-    std::vector<float> gate(T * H * m.v_head_dim);
-    MatMul(gate.data(), x, w.g_proj, T);
-    for (size_t i = 0; i < o.size(); ++i) o[i] *= Sigmoid(gate[i]);
+  // o_h = W_UV_h o_lat, one MatMul per head over every token.
+  std::vector<float> o(T * H * m.v_head_dim);
+  for (int64_t h = 0; h < H; ++h) {
+    const int64_t row0 = h * (m.qk_nope_head_dim + m.v_head_dim) + m.qk_nope_head_dim;
+    MatMul(o.data() + h * m.v_head_dim, H * m.v_head_dim, o_lat.data() + h * R, H * R,
+           w.kv_b_proj.Rows(row0, m.v_head_dim), T);
   }
+  if (m.output_gate) MulSigmoid(o.data(), gate.data(), static_cast<int64_t>(o.size()));
   MatMul(out, o.data(), w.o_proj, T);
   return split.heads ? split.Reduce(out, T * c.hidden) : absl::OkStatus();
 }

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/tensor_set.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/pack.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -275,6 +276,7 @@ absl::Status Model::Bind(const Options& opts) {
       m.kv_a_proj = mat(a + "kv_a_proj_with_mqa");  // the latent is shared by all heads
       m.kv_a_norm = vec(a + "kv_a_layernorm.weight");
       m.kv_b_proj = rows(mat(a + "kv_b_proj"), mla_h0 * nv, mla_heads * nv);
+      m.uk_t = TransposeUk(m.kv_b_proj);
       if (c.mla.output_gate) m.g_proj = rows(mat(a + "g_proj"), mla_h0 * vd, mla_heads * vd);
       m.o_proj = cols(mat(a + "o_proj"), mla_h0 * vd, mla_heads * vd);
     }
@@ -316,10 +318,42 @@ absl::Status Model::Bind(const Options& opts) {
   return absl::OkStatus();
 }
 
+Weight Model::TransposeUk(const Weight& kv_b) {
+  const MlaConfig& m = config_.mla;
+  const int64_t H = m.num_heads, N = m.qk_nope_head_dim, V = m.v_head_dim, R = m.kv_lora_rank;
+  Weight w;
+  w.rows = H * R;
+  w.cols = N;
+  std::vector<float> row(R);
+  if (kv_b.format == WeightFormat::kBF16) {
+    auto buf = std::make_unique<uint16_t[]>(w.rows * w.cols);
+    const auto* src = static_cast<const uint16_t*>(kv_b.data);
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t n = 0; n < N; ++n) {
+        for (int64_t r = 0; r < R; ++r) buf[(h * R + r) * N + n] = src[(h * (N + V) + n) * R + r];
+      }
+    }
+    w.data = buf.get();
+    w.format = WeightFormat::kBF16;
+    owned_bf16_.push_back(std::move(buf));
+    return w;
+  }
+  auto buf = std::make_unique<float[]>(w.rows * w.cols);
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t n = 0; n < N; ++n) {
+      cpu::DequantizeRow(row.data(), kv_b, h * (N + V) + n);
+      for (int64_t r = 0; r < R; ++r) buf[(h * R + r) * N + n] = row[r];
+    }
+  }
+  w.data = buf.get();
+  w.format = WeightFormat::kF32;
+  owned_.push_back(std::move(buf));
+  return w;
+}
+
 int64_t Model::PackMatrices() {
   // Every matrix MatMul reads, once per tensor (a tied lm_head is the embedding too; DequantizeRow
-  // reads packed rows). kv_b_proj is split per head with Rows(): it is packed only when the heads'
-  // row ranges fall on group boundaries.
+  // reads packed rows). Not kv_b_proj: MLA reads it row by row (DequantizeRow) and per head.
   std::vector<Weight*> all;
   const auto add = [&](Weight& w) {
     if (w.data) all.push_back(&w);
@@ -341,8 +375,7 @@ int64_t Model::PackMatrices() {
     for (Weight* x : {&m.q_proj, &m.q_a_proj, &m.q_b_proj, &m.kv_a_proj, &m.g_proj, &m.o_proj}) {
       add(*x);
     }
-    const MlaConfig& mc = config_.mla;
-    if (mc.qk_nope_head_dim % kPackRows == 0 && mc.v_head_dim % kPackRows == 0) add(m.kv_b_proj);
+    if (config_.mla.kv_lora_rank % kPackRows == 0) add(m.uk_t);  // read per head with Rows()
     add_mlp(L.mlp);
     add(L.moe.router);
     add(L.moe.latent_down);

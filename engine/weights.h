@@ -43,6 +43,9 @@ struct MlaWeights {
   Weight kv_a_proj;                         // [rank + rope, hidden]
   const float* kv_a_norm = nullptr;
   Weight kv_b_proj;                         // [H * (nope + v), rank]
+  Weight uk_t;                              // [H * rank, nope]: each head's W_UK (the first
+                                            // nope rows of its kv_b_proj block) transposed, built
+                                            // at load so absorbing q is one MatMul per head
   Weight g_proj;                            // output gate (K3)
   Weight o_proj;
 };
@@ -119,6 +122,7 @@ class Model {
   const float* Fold(const float* a, const float* b, int64_t n);
   // A copy of columns [begin, begin + count) (MXFP4: whole 32-column blocks).
   Weight SliceColumns(const Weight& w, int64_t begin, int64_t count);
+  Weight TransposeUk(const Weight& kv_b);
 
   std::string dir_;
   ModelConfig full_config_;
@@ -128,6 +132,7 @@ class Model {
   std::unique_ptr<Checkpoint> checkpoint_;
   ModelWeights weights_;
   std::vector<std::unique_ptr<float[]>> owned_;  // fp32 copies of small vectors
+  std::vector<std::unique_ptr<uint16_t[]>> owned_bf16_;  // derived bf16 matrices (uk_t)
 };
 
 }  // namespace kimi

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/activation.h"
@@ -10,12 +11,17 @@
 namespace kimi::cpu {
 namespace {
 
+// The hot loops are compiled once per instruction-set level and chosen at run time; helpers below
+// are inlined into each clone. Results are deterministic for a given machine.
+#define KIMI_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define KIMI_INLINE inline __attribute__((always_inline))
+
 // Row pointers into token-major [T, H, X] tensors.
 inline const float* At(const float* base, int64_t t, int64_t h, int64_t H, int64_t X) {
   return base + (t * H + h) * X;
 }
 
-void RecurrentHead(float* o, const float* q, const float* k, const float* v, const float* g,
+KIMI_CLONES void RecurrentHead(float* o, const float* q, const float* k, const float* v, const float* g,
                    const float* beta, float* S, const KdaDims& d, int64_t h, float scale) {
   const int64_t K = d.K, V = d.V, H = d.H;
   std::vector<float> kv(V), u(V), out(V);
@@ -52,11 +58,104 @@ void RecurrentHead(float* o, const float* q, const float* k, const float* v, con
   }
 }
 
-// Scratch for one chunk of one head.
+// exp over an array, written so that the compiler vectorises it (Cephes expf: ~1 ulp on
+// [-87.3, 88.4], inputs clamped to that range).
+KIMI_INLINE void ExpArray(float* out, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float v = x[i] < -87.3365447505531f ? -87.3365447505531f : x[i];
+    v = v > 88.3762626647949f ? 88.3762626647949f : v;
+    const float t = v * 1.44269504088896341f + 12582912.0f;  // round to nearest via 1.5 * 2^23
+    const float f = t - 12582912.0f;
+    int32_t ti;
+    std::memcpy(&ti, &t, sizeof ti);
+    const int32_t e = ti - 0x4b400000;  // = f as an integer, in [-126, 128]
+    float r = v - f * 0.693359375f;
+    r = r - f * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    const int32_t h = e >> 1;
+    const int32_t b1 = (h + 127) << 23, b2 = (e - h + 127) << 23;
+    float s1, s2;
+    std::memcpy(&s1, &b1, sizeof s1);
+    std::memcpy(&s2, &b2, sizeof s2);
+    out[i] = p * s1 * s2;
+  }
+}
+
+// y[0, n) += a * x[0, n)
+KIMI_INLINE void Axpy(float* y, float a, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+// 16 independent lanes, then a fixed pairwise sum (vectorises without -ffast-math).
+KIMI_INLINE float Dot(const float* a, const float* b, int64_t n) {
+  float acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) acc[j] += a[i + j] * b[i + j];
+  }
+  for (int j = 0; i < n; ++i, ++j) acc[j] += a[i] * b[i];
+  for (int w = 8; w > 0; w /= 2) {
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  }
+  return acc[0];
+}
+
+// C[i, n] += sum_{m < kd(i)} A(i, m) B[m, n] for i < M, n < N; A(i, m) = A[i * ars + m * acs],
+// B and C row-major. kd(i) = Kd, or min(Kd, i + 1) when `lower` (A lower triangular). Register
+// tiles of 4 rows x 64 columns; the sum over m runs in ascending order for every element.
+KIMI_INLINE void GemmAcc(float* C, int64_t ldc, const float* A, int64_t ars, int64_t acs,
+                         const float* B, int64_t ldb, int64_t M, int64_t N, int64_t Kd,
+                         bool lower = false) {
+  constexpr int64_t kR = 4, kC = 64;
+  for (int64_t i0 = 0; i0 < M; i0 += kR) {
+    const int64_t mr = std::min(kR, M - i0);
+    const int64_t kd = lower ? std::min(Kd, i0 + mr) : Kd;
+    for (int64_t n0 = 0; n0 < N; n0 += kC) {
+      const int64_t nr = std::min(kC, N - n0);
+      if (mr == kR && nr == kC) {
+        float acc[kR][kC];
+        for (int64_t r = 0; r < kR; ++r) {
+          for (int64_t n = 0; n < kC; ++n) acc[r][n] = C[(i0 + r) * ldc + n0 + n];
+        }
+        for (int64_t m = 0; m < kd; ++m) {
+          const float* b = B + m * ldb + n0;
+          const float* a = A + i0 * ars + m * acs;
+          for (int64_t r = 0; r < kR; ++r) {
+            // In a lower-triangular A, rows i < m contribute zeros: skipping them keeps the
+            // per-element order (ascending m) and the result.
+            const float ar = a[r * ars];
+            for (int64_t n = 0; n < kC; ++n) acc[r][n] += ar * b[n];
+          }
+        }
+        for (int64_t r = 0; r < kR; ++r) {
+          for (int64_t n = 0; n < kC; ++n) C[(i0 + r) * ldc + n0 + n] = acc[r][n];
+        }
+        continue;
+      }
+      for (int64_t r = 0; r < mr; ++r) {
+        const int64_t kdr = lower ? std::min(Kd, i0 + r + 1) : Kd;
+        float* c = C + (i0 + r) * ldc + n0;
+        for (int64_t m = 0; m < kdr; ++m) Axpy(c, A[(i0 + r) * ars + m * acs], B + m * ldb + n0, nr);
+      }
+    }
+  }
+}
+
+constexpr int64_t kSub = 16;  // sub-chunk: pairwise exps only inside these diagonal blocks
+
+// Scratch for one chunk of one head; every matrix is row-major [c, width].
 struct ChunkScratch {
-  std::vector<float> G, A, P, Tm, W, U, x;
+  std::vector<float> Q, Kc, Vc, beta, G, A, P, Tm, W, U, left_k, left_q, L, ex, Khat, Qhat, Kd, decay;
   ChunkScratch(int64_t c, int64_t K, int64_t V)
-      : G(c * K), A(c * c), P(c * c), Tm(c * c), W(c * K), U(c * V), x(std::max(K, V)) {}
+      : Q(c * K), Kc(c * K), Vc(c * V), beta(c), G(c * K), A(c * c), P(c * c), Tm(c * c),
+        W(c * K), U(c * V), left_k(c * K), left_q(c * K), L(c * K), ex(c * K), Khat(c * K),
+        Qhat(c * K), Kd(c * K), decay(K) {}
 };
 
 // One chunk of c tokens starting at token t0, for head h; S [K, V] is updated in place.
@@ -71,95 +170,125 @@ struct ChunkScratch {
 //     o_i = S_0^T Qhat_i + sum_{j<=i} P_ij u_j,  Qhat_i = scale exp(G_i) q_i,
 //     P_ij = scale sum_d q_i[d] k_j[d] exp(G_i[d] - G_j[d])
 //     S_c = diag(exp(G_c)) S_0 + sum_j (exp(G_c - G_j) k_j) u_j^T
-// Every exponent is of a non-positive number (g <= 0 and j <= i), so nothing overflows.
-void ChunkHead(float* o, const float* q, const float* k, const float* v, const float* g,
-               const float* beta, float* S, const KdaDims& d, int64_t h, float scale, int64_t t0,
-               int64_t c, ChunkScratch& s) {
+//
+// The c^2 K pairwise exps of A and P are factorised over sub-chunks of kSub tokens: for i in the
+// sub-chunk starting at s and j < s, exp(G_i - G_j) = exp(G_i - G_s) exp(G_s - G_j), both factors
+// <= 1 (g <= 0), so the off-diagonal blocks are plain matrix products of rescaled q, k; only the
+// diagonal blocks take pairwise exps. Every exponent is of a non-positive number: nothing overflows.
+KIMI_CLONES void ChunkHead(float* o, const float* q, const float* k, const float* v,
+                           const float* g, const float* beta, float* S, const KdaDims& d,
+                           int64_t h, float scale, int64_t t0, int64_t c, ChunkScratch& s) {
   const int64_t K = d.K, V = d.V, H = d.H;
-  float* G = s.G.data();
+  float *Q = s.Q.data(), *Kc = s.Kc.data(), *Vc = s.Vc.data(), *G = s.G.data();
+  float *A = s.A.data(), *P = s.P.data(), *Tm = s.Tm.data(), *W = s.W.data(), *U = s.U.data();
+  float* ex = s.ex.data();
   for (int64_t i = 0; i < c; ++i) {
     const float* gi = At(g, t0 + i, h, H, K);
+    std::copy_n(At(q, t0 + i, h, H, K), K, Q + i * K);
+    std::copy_n(At(k, t0 + i, h, H, K), K, Kc + i * K);
+    std::copy_n(At(v, t0 + i, h, H, V), V, Vc + i * V);
+    s.beta[i] = beta[(t0 + i) * H + h];
     for (int64_t x = 0; x < K; ++x) G[i * K + x] = (i ? G[(i - 1) * K + x] : 0.0f) + gi[x];
   }
-  // A (strictly lower, scaled by beta_i) and P (lower with diagonal, scaled).
-  for (int64_t i = 0; i < c; ++i) {
-    const float* qi = At(q, t0 + i, h, H, K);
-    const float* ki = At(k, t0 + i, h, H, K);
-    const float bi = beta[(t0 + i) * H + h];
-    for (int64_t j = 0; j <= i; ++j) {
-      const float* kj = At(k, t0 + j, h, H, K);
-      float a = 0.0f, p = 0.0f;
-      for (int64_t x = 0; x < K; ++x) {
-        const float e = std::exp(G[i * K + x] - G[j * K + x]);
-        a += ki[x] * kj[x] * e;
-        p += qi[x] * kj[x] * e;
+  // A (strictly lower, rows scaled by beta_i) and P (lower with diagonal, scaled).
+  std::fill_n(A, c * c, 0.0f);
+  std::fill_n(P, c * c, 0.0f);
+  for (int64_t s0 = 0; s0 < c; s0 += kSub) {
+    const int64_t s1 = std::min(s0 + kSub, c);
+    const float* Gs = G + s0 * K;
+    // Diagonal block: pairwise exps.
+    for (int64_t i = s0; i < s1; ++i) {
+      for (int64_t j = s0; j <= i; ++j) {
+        for (int64_t x = 0; x < K; ++x) ex[j * K + x] = G[i * K + x] - G[j * K + x];
       }
-      s.A[i * c + j] = j < i ? bi * a : 0.0f;
-      s.P[i * c + j] = scale * p;
+      ExpArray(ex + s0 * K, ex + s0 * K, (i - s0 + 1) * K);
+      for (int64_t j = s0; j <= i; ++j) {
+        float* e = ex + j * K;
+        float a[16] = {}, p[16] = {};
+        for (int64_t x0 = 0; x0 < K; x0 += 16) {
+          const int64_t n = std::min<int64_t>(16, K - x0);
+          for (int64_t l = 0; l < n; ++l) {
+            const float kj = Kc[j * K + x0 + l] * e[x0 + l];
+            a[l] += Kc[i * K + x0 + l] * kj;
+            p[l] += Q[i * K + x0 + l] * kj;
+          }
+        }
+        for (int w = 8; w > 0; w /= 2) {
+          for (int l = 0; l < w; ++l) {
+            a[l] += a[l + w];
+            p[l] += p[l + w];
+          }
+        }
+        if (j < i) A[i * c + j] = s.beta[i] * a[0];
+        P[i * c + j] = scale * p[0];
+      }
+    }
+    if (s0 == 0) continue;
+    // Off-diagonal blocks (j < s0): left factors exp(G_i - G_s), right factors exp(G_s - G_j).
+    float *lk = s.left_k.data(), *lq = s.left_q.data(), *L = s.L.data();
+    for (int64_t i = s0; i < s1; ++i) {
+      for (int64_t x = 0; x < K; ++x) ex[i * K + x] = G[i * K + x] - Gs[x];
+    }
+    ExpArray(ex + s0 * K, ex + s0 * K, (s1 - s0) * K);
+    for (int64_t i = s0; i < s1; ++i) {
+      for (int64_t x = 0; x < K; ++x) {
+        lk[i * K + x] = Kc[i * K + x] * ex[i * K + x];
+        lq[i * K + x] = Q[i * K + x] * ex[i * K + x];
+      }
+    }
+    for (int64_t j = 0; j < s0; ++j) {
+      for (int64_t x = 0; x < K; ++x) ex[j * K + x] = Gs[x] - G[j * K + x];
+    }
+    ExpArray(ex, ex, s0 * K);
+    for (int64_t j = 0; j < s0 * K; ++j) L[j] = Kc[j] * ex[j];
+    for (int64_t i = s0; i < s1; ++i) {
+      for (int64_t j = 0; j < s0; ++j) {
+        A[i * c + j] = s.beta[i] * Dot(lk + i * K, L + j * K, K);
+        P[i * c + j] = scale * Dot(lq + i * K, L + j * K, K);
+      }
     }
   }
-  // T = (I + A)^-1 by forward substitution: T_ij = -sum_{j<=m<i} A_im T_mj.
-  float* Tm = s.Tm.data();
-  std::fill(s.Tm.begin(), s.Tm.end(), 0.0f);
+  // T = (I + A)^-1 by forward substitution, a row at a time: T_i = e_i - sum_{m<i} A_im T_m.
+  std::fill_n(Tm, c * c, 0.0f);
   for (int64_t i = 0; i < c; ++i) {
-    Tm[i * c + i] = 1.0f;
-    for (int64_t j = 0; j < i; ++j) {
-      float acc = 0.0f;
-      for (int64_t m = j; m < i; ++m) acc += s.A[i * c + m] * Tm[m * c + j];
-      Tm[i * c + j] = -acc;
-    }
+    float* ti = Tm + i * c;
+    for (int64_t m = 0; m < i; ++m) Axpy(ti, -A[i * c + m], Tm + m * c, m + 1);
+    ti[i] = 1.0f;
   }
-  // W = T diag(beta) Khat, U = T diag(beta) V.
-  std::fill(s.W.begin(), s.W.end(), 0.0f);
-  std::fill(s.U.begin(), s.U.end(), 0.0f);
+  // W = T diag(beta) Khat, U = T diag(beta) V (T lower triangular; B = T diag(beta) in Tm).
   for (int64_t i = 0; i < c; ++i) {
-    float* wi = &s.W[i * K];
-    float* ui = &s.U[i * V];
-    for (int64_t j = 0; j <= i; ++j) {
-      const float tb = Tm[i * c + j] * beta[(t0 + j) * H + h];
-      const float* kj = At(k, t0 + j, h, H, K);
-      const float* vj = At(v, t0 + j, h, H, V);
-      for (int64_t x = 0; x < K; ++x) wi[x] += tb * kj[x] * std::exp(G[j * K + x]);
-      for (int64_t y = 0; y < V; ++y) ui[y] += tb * vj[y];
-    }
+    for (int64_t j = 0; j <= i; ++j) Tm[i * c + j] *= s.beta[j];
   }
+  float* Khat = s.Khat.data();
+  ExpArray(ex, G, c * K);
+  for (int64_t j = 0; j < c * K; ++j) Khat[j] = Kc[j] * ex[j];
+  std::fill_n(W, c * K, 0.0f);
+  std::fill_n(U, c * V, 0.0f);
+  GemmAcc(W, K, Tm, c, 1, Khat, K, c, K, c, /*lower=*/true);
+  GemmAcc(U, V, Tm, c, 1, Vc, V, c, V, c, /*lower=*/true);
   // u = U - W S_0 (in U).
-  for (int64_t i = 0; i < c; ++i) {
-    float* ui = &s.U[i * V];
-    for (int64_t x = 0; x < K; ++x) {
-      const float w = s.W[i * K + x];
-      const float* srow = S + x * V;
-      for (int64_t y = 0; y < V; ++y) ui[y] -= w * srow[y];
-    }
-  }
-  // o_i = S_0^T Qhat_i + sum_{j<=i} P_ij u_j.
-  for (int64_t i = 0; i < c; ++i) {
-    float* oi = o + ((t0 + i) * H + h) * V;
-    const float* qi = At(q, t0 + i, h, H, K);
-    std::fill(oi, oi + V, 0.0f);
-    for (int64_t x = 0; x < K; ++x) {
-      const float qh = scale * qi[x] * std::exp(G[i * K + x]);
-      const float* srow = S + x * V;
-      for (int64_t y = 0; y < V; ++y) oi[y] += qh * srow[y];
-    }
-    for (int64_t j = 0; j <= i; ++j) {
-      const float p = s.P[i * c + j];
-      const float* uj = &s.U[j * V];
-      for (int64_t y = 0; y < V; ++y) oi[y] += p * uj[y];
-    }
-  }
+  for (int64_t j = 0; j < c * K; ++j) W[j] = -W[j];
+  GemmAcc(U, V, W, K, 1, S, V, c, V, K);
+  // o_i = S_0^T Qhat_i + sum_{j<=i} P_ij u_j, with Qhat = scale exp(G) q (exp(G) still in ex).
+  float* Qhat = s.Qhat.data();
+  for (int64_t j = 0; j < c * K; ++j) Qhat[j] = scale * Q[j] * ex[j];
+  float* oc = o + (t0 * H + h) * V;  // row i of this head's output: oc + i * H * V
+  for (int64_t i = 0; i < c; ++i) std::fill_n(oc + i * H * V, V, 0.0f);
+  GemmAcc(oc, H * V, Qhat, K, 1, S, V, c, V, K);
+  GemmAcc(oc, H * V, P, c, 1, U, V, c, V, c, /*lower=*/true);
   // S_c = diag(exp(G_c)) S_0 + sum_j (exp(G_c - G_j) k_j) u_j^T.
   const float* Gc = G + (c - 1) * K;
-  for (int64_t x = 0; x < K; ++x) {
-    float* srow = S + x * V;
-    const float decay = std::exp(Gc[x]);
-    for (int64_t y = 0; y < V; ++y) srow[y] *= decay;
-    for (int64_t j = 0; j < c; ++j) {
-      const float kd = At(k, t0 + j, h, H, K)[x] * std::exp(Gc[x] - G[j * K + x]);
-      const float* uj = &s.U[j * V];
-      for (int64_t y = 0; y < V; ++y) srow[y] += kd * uj[y];
-    }
+  float *Kd = s.Kd.data(), *decay = s.decay.data();
+  for (int64_t j = 0; j < c; ++j) {
+    for (int64_t x = 0; x < K; ++x) ex[j * K + x] = Gc[x] - G[j * K + x];
   }
+  ExpArray(ex, ex, c * K);
+  for (int64_t j = 0; j < c * K; ++j) Kd[j] = Kc[j] * ex[j];
+  ExpArray(decay, Gc, K);
+  for (int64_t x = 0; x < K; ++x) {
+    for (int64_t y = 0; y < V; ++y) S[x * V + y] *= decay[x];
+  }
+  GemmAcc(S, V, Kd, 1, K, U, V, K, V, c);  // A(x, j) = Kd[j, x]
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -201,9 +202,17 @@ void SetMatMulStats(MatMulStats* stats) {
 }
 
 void MatMul(float* y, int64_t ldy, const float* x, int64_t ldx, const Weight& w, int64_t m) {
-  if (m <= 0 || w.rows <= 0) return;
-  if (g_stats) Record(w, m);
-  const int64_t k = w.cols, kp = (k + 31) / 32 * 32;
+  const MatMulTarget t{y, ldy, &w};
+  MatMulMany({&t, 1}, x, ldx, m);
+}
+
+void MatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_t ldx, int64_t m) {
+  if (m <= 0 || targets.empty()) return;
+  if (g_stats) {
+    for (const MatMulTarget& t : targets) Record(*t.w, m);
+  }
+  const int64_t k = targets[0].w->cols, kp = (k + 31) / 32 * 32;
+  for (const MatMulTarget& t : targets) assert(t.w->cols == k);
 
   // x in the canonical layout; per thread, so MatMuls nested in other kernels' workers are safe.
   thread_local std::vector<float> xp_buffer;
@@ -215,17 +224,33 @@ void MatMul(float* y, int64_t ldy, const float* x, int64_t ldx, const Weight& w,
     }
   });
 
-  const matmul_internal::Problem p{y, ldy, xp, kp, &w, m};
+  // Units of kRowUnit rows over all targets, in order; each part takes a contiguous run of
+  // units, so every weight byte is read by one thread. A part gets at least ~64 KiB of weights or
+  // ~4 MFLOP, so small matrices do not pay for a dispatch they cannot use.
   const Kernels* kernels = KernelsFor(CurrentIsa());
-  // Split the rows of W: each weight byte is read by one thread. A part gets at least ~64 KiB of
-  // weights or ~4 MFLOP, so small matrices do not pay for a dispatch they cannot use.
-  const int64_t units = (w.rows + kRowUnit - 1) / kRowUnit;
-  const int64_t unit_bytes = std::max<int64_t>(1, w.Bytes() / w.rows * kRowUnit);
+  constexpr int kMaxTargets = 16;
+  assert(targets.size() <= kMaxTargets);
+  int64_t first_unit[kMaxTargets + 1] = {0};
+  int64_t bytes = 0;
+  for (size_t j = 0; j < targets.size(); ++j) {
+    first_unit[j + 1] = first_unit[j] + (targets[j].w->rows + kRowUnit - 1) / kRowUnit;
+    bytes += targets[j].w->Bytes();
+  }
+  const int64_t units = first_unit[targets.size()];
+  if (units == 0) return;
+  const int64_t unit_bytes = std::max<int64_t>(1, bytes / units);
   const int64_t unit_flops = 2 * m * k * kRowUnit;
-  const int64_t grain =
-      std::max<int64_t>(1, std::min(65536 / unit_bytes, int64_t{4} << 20 / std::max<int64_t>(1, unit_flops)));
+  const int64_t grain = std::max<int64_t>(
+      1, std::min(65536 / unit_bytes, (int64_t{4} << 20) / std::max<int64_t>(1, unit_flops)));
   ParallelFor(units, grain, [&](int64_t begin, int64_t end) {
-    kernels->range(p, begin * kRowUnit, std::min(end * kRowUnit, w.rows));
+    for (size_t j = 0; j < targets.size(); ++j) {
+      const int64_t lo = std::max(begin, first_unit[j]), hi = std::min(end, first_unit[j + 1]);
+      if (lo >= hi) continue;
+      const Weight& w = *targets[j].w;
+      const matmul_internal::Problem p{targets[j].y, targets[j].ldy, xp, kp, &w, m};
+      kernels->range(p, (lo - first_unit[j]) * kRowUnit,
+                     std::min((hi - first_unit[j]) * kRowUnit, w.rows));
+    }
   });
 }
 

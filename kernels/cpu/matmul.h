@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kernels/weight.h"
@@ -24,6 +25,16 @@ void MatMul(float* y, int64_t ldy, const float* x, int64_t ldx, const Weight& w,
 inline void MatMul(float* y, const float* x, const Weight& w, int64_t m) {
   MatMul(y, w.rows, x, w.cols, w, m);
 }
+
+// Several products of the same x in one parallel pass (one dispatch, the rows of all weights shared
+// out among the threads): y_j = x W_j^T. Every W_j must have the same cols. Results equal separate
+// MatMul calls bit for bit.
+struct MatMulTarget {
+  float* y;
+  int64_t ldy;
+  const Weight* w;
+};
+void MatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_t ldx, int64_t m);
 
 // Row r of w converted to fp32: out [w.cols]. Used for embedding lookups and references.
 void DequantizeRow(float* out, const Weight& w, int64_t r);

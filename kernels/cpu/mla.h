@@ -28,4 +28,13 @@ struct MlaDims {
 void MlaAttention(float* out, const float* q, int64_t T, int64_t first_pos, const PagedRows& cache,
                   const Weight& w_kv_b, const MlaDims& d, float scale);
 
+// The attention itself, in the latent space, for one sequence: qa [T, heads, rank + rope] holds
+// the absorbed queries (W_UK_h^T q_nope | q_pe), out_lat [T, heads, rank] receives
+// sum_s softmax(scale qa . cache_s) c_s. Keys are read in blocks shared by every head and query
+// (they share the latent), with an online softmax; a row's result depends only on its query and
+// the cache rows it sees.
+void MlaLatentAttention(float* out_lat, const float* qa, int64_t T, int64_t first_pos,
+                        const PagedRows& cache, int64_t heads, int64_t rank, int64_t rope,
+                        float scale);
+
 }  // namespace kimi::cpu

@@ -28,6 +28,9 @@ std::chrono::microseconds SpinBudget() {
   return std::chrono::microseconds(300);
 }
 
+// Waits longer than this stop being pure spins and start yielding the core.
+constexpr std::chrono::microseconds kPureSpin(20);
+
 inline void CpuRelax() {
 #if defined(__x86_64__)
   __builtin_ia32_pause();
@@ -90,15 +93,21 @@ void ThreadPool::WorkerLoop(int index) {
   Shared& s = *shared_;
   uint32_t seen = 0;
   for (;;) {
-    // Spin (with a clock check every 256 pauses) while jobs come back to back, then sleep.
+    // Spin while jobs come back to back, yield the core after a few microseconds (so a caller
+    // sharing it with us can run), and sleep once the pool has been idle for the spin budget.
     uint32_t g = s.generation.load(std::memory_order_acquire);
-    const auto spin_until = std::chrono::steady_clock::now() + s.spin;
+    const auto start = std::chrono::steady_clock::now();
     for (int i = 1; g == seen; ++i) {
       CpuRelax();
-      if (i % 256 == 0 && std::chrono::steady_clock::now() > spin_until) {
-        s.sleepers.fetch_add(1, std::memory_order_seq_cst);
-        s.generation.wait(seen, std::memory_order_seq_cst);
-        s.sleepers.fetch_sub(1, std::memory_order_relaxed);
+      if (i % 64 == 0) {
+        const auto waited = std::chrono::steady_clock::now() - start;
+        if (waited > s.spin) {
+          s.sleepers.fetch_add(1, std::memory_order_seq_cst);
+          s.generation.wait(seen, std::memory_order_seq_cst);
+          s.sleepers.fetch_sub(1, std::memory_order_relaxed);
+        } else if (waited > kPureSpin) {
+          std::this_thread::yield();
+        }
       }
       g = s.generation.load(std::memory_order_acquire);
     }
@@ -128,7 +137,15 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   tls_in_worker = true;
   RunPart(fn, n, parts, 0);
   tls_in_worker = false;
-  while (s.pending.load(std::memory_order_acquire) != 0) CpuRelax();
+  // Wait for the workers: spin briefly, then yield so a worker descheduled onto this core (a busy
+  // machine) gets to finish its part instead of watching us spin.
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 1; s.pending.load(std::memory_order_acquire) != 0; ++i) {
+    CpuRelax();
+    if (i % 64 == 0 && std::chrono::steady_clock::now() - start > kPureSpin) {
+      std::this_thread::yield();
+    }
+  }
 }
 
 }  // namespace kimi::cpu

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/matmul.h"
 #include "tests/kernels/cpu/test_util.h"
 
 namespace kimi::cpu {
@@ -30,6 +31,53 @@ TEST(Activation, SituGluSoftcapsBothBranches) {
         4.0 * std::tanh(gd / 4.0) / (1.0 + std::exp(-gd)) * 25.0 * std::tanh(ud / 25.0);
     EXPECT_NEAR(out[i], want, 1e-5 * (1 + std::fabs(want)));
     EXPECT_LE(std::fabs(out[i]), 100.0f + 1e-3f);  // |a| < 4, |u| < 25
+  }
+}
+
+// Every instruction set's vector exp/tanh against float64, over a dense sweep (tails included), and
+// a value's result does not depend on its position in the buffer.
+TEST(Activation, EveryIsaIsAccurateAndPositionIndependent) {
+  const Isa saved = MatMulIsa();
+  const int n = 20011;
+  std::vector<float> g(n), u(n);
+  for (int i = 0; i < n; ++i) {
+    g[i] = -100.0f + 200.0f * i / (n - 1);
+    u[i] = 300.0f - 600.0f * ((i * 7919) % n) / (n - 1);
+  }
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kScalar}) {
+    if (!SetMatMulIsa(isa)) continue;
+    std::vector<float> silu(n), situ(n), sig(g), gated(u);
+    SiluGlu(silu.data(), g.data(), u.data(), n);
+    SituGlu(situ.data(), g.data(), u.data(), n, 4.0f, 25.0f);
+    SigmoidInPlace(sig.data(), n);
+    MulSigmoid(gated.data(), g.data(), n);
+    for (int i = 0; i < n; ++i) {
+      const double gd = g[i], ud = u[i], s = 1.0 / (1.0 + std::exp(-gd));
+      const double want_silu = gd * s * ud;
+      const double want_situ = 4.0 * std::tanh(gd / 4.0) * s * 25.0 * std::tanh(ud / 25.0);
+      ASSERT_NEAR(silu[i], want_silu, 1e-6 * (1 + std::fabs(want_silu))) << IsaName(isa) << " " << gd;
+      ASSERT_NEAR(situ[i], want_situ, 1e-6 * (1 + std::fabs(want_situ))) << IsaName(isa) << " " << gd << " " << ud;
+      ASSERT_NEAR(sig[i], s, 1e-7 * (1 + s)) << IsaName(isa) << " " << gd;
+      ASSERT_NEAR(gated[i], s * ud, 1e-6 * (1 + std::fabs(s * ud))) << IsaName(isa);
+    }
+    for (int off : {1, 5, 13}) {  // shifted by a few places, through the tail
+      std::vector<float> shifted(n - off);
+      SituGlu(shifted.data(), g.data() + off, u.data() + off, n - off, 4.0f, 25.0f);
+      for (int i = 0; i < n - off; ++i) ASSERT_EQ(shifted[i], situ[i + off]) << IsaName(isa);
+    }
+  }
+  SetMatMulIsa(saved);
+}
+
+// tanh near zero keeps its relative accuracy (the polynomial branch).
+TEST(Activation, SituNearZeroIsRelativelyAccurate) {
+  std::vector<float> g = {1e-6f, -3e-4f, 0.01f, -0.3f, 2.4f, -2.6f}, u = {1e-5f, 2e-3f, -0.5f, 15.0f, -15.7f, 20.0f};
+  std::vector<float> out(g.size());
+  SituGlu(out.data(), g.data(), u.data(), static_cast<int64_t>(g.size()), 4.0f, 25.0f);
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double gd = g[i], ud = u[i];
+    const double want = 4.0 * std::tanh(gd / 4.0) / (1.0 + std::exp(-gd)) * 25.0 * std::tanh(ud / 25.0);
+    EXPECT_NEAR(out[i], want, 4e-7 * std::fabs(want)) << i;
   }
 }
 
