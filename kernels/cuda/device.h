@@ -1,7 +1,10 @@
-// Device discovery and errors for the CUDA backend (host-only header).
+// Device discovery for the CUDA backend (host-only header).
 #pragma once
 
+#include <cstdint>
 #include <string>
+
+#include "absl/status/statusor.h"
 
 namespace kimi::cuda {
 
@@ -10,5 +13,16 @@ int DeviceCount();
 
 // Name and compute capability of device 0, or a sentence saying why there is none.
 std::string DescribeDevice();
+
+struct DeviceInfo {
+  std::string name;
+  int major = 0, minor = 0;
+  int sm_count = 0;
+  int64_t memory_bytes = 0;
+  // Peak HBM bandwidth in bytes/s: the datasheet figure for known parts (H200, H100, A100),
+  // else 2 x memory clock x bus width from the driver; $KIMI_PEAK_HBM_GBS overrides both.
+  double peak_bandwidth = 0.0;
+};
+absl::StatusOr<DeviceInfo> GetDeviceInfo(int device);
 
 }  // namespace kimi::cuda
