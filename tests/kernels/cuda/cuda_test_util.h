@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cuda/batch.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/device_buffer.h"
 
@@ -73,5 +74,54 @@ inline double WorstRatio(const std::vector<float>& got, const std::vector<float>
   }
   return worst;
 }
+
+// A step's sequences (tokens in order, one after another) as a DeviceBatch. A sequence with
+// slot -1 is padding: its tokens get tok_seq -1.
+struct HostSeq {
+  int32_t count = 1;
+  int32_t pos0 = 0;
+  int32_t slot = 0;
+  std::vector<int32_t> pages;
+};
+
+class DeviceBatchOf {
+ public:
+  explicit DeviceBatchOf(const std::vector<HostSeq>& seqs) {
+    std::vector<int32_t> off, count, pos0, slot, start, pages, tok_seq, tok_pos;
+    int32_t t = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const HostSeq& s = seqs[i];
+      off.push_back(t);
+      count.push_back(s.count);
+      pos0.push_back(s.pos0);
+      slot.push_back(s.slot);
+      start.push_back(static_cast<int32_t>(pages.size()));
+      pages.insert(pages.end(), s.pages.begin(), s.pages.end());
+      for (int32_t j = 0; j < s.count; ++j, ++t) {
+        tok_seq.push_back(s.slot < 0 ? -1 : static_cast<int32_t>(i));
+        tok_pos.push_back(s.pos0 + j);
+      }
+    }
+    pages.push_back(0);  // never empty
+    for (auto* v : {&off, &count, &pos0, &slot, &start, &pages, &tok_seq, &tok_pos}) {
+      if (v->empty()) v->push_back(0);
+      arrays_.emplace_back(*v);
+    }
+    batch.seq_offset = arrays_[0].get();
+    batch.seq_count = arrays_[1].get();
+    batch.seq_pos0 = arrays_[2].get();
+    batch.seq_slot = arrays_[3].get();
+    batch.seq_page_start = arrays_[4].get();
+    batch.pages = arrays_[5].get();
+    batch.tok_seq = arrays_[6].get();
+    batch.tok_pos = arrays_[7].get();
+    batch.num_seqs = static_cast<int64_t>(seqs.size());
+    batch.num_tokens = t;
+  }
+  DeviceBatch batch;
+
+ private:
+  std::vector<DeviceVector<int32_t>> arrays_;
+};
 
 }  // namespace kimi::cuda::testing
