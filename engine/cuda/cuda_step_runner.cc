@@ -137,7 +137,7 @@ class CudaStepRunner final : public StepRunner {
     const int64_t graph_rows = std::max<int64_t>(options_.max_graph_batch, 1);
     bool moved = false;
     return forward_->Reserve(std::max(options_.reserve_tokens, graph_rows), graph_rows,
-                             std::max<int64_t>(graph_rows, 64), graph_rows, &moved);
+                             std::max<int64_t>(pages, 64), graph_rows, &moved);
   }
 
   EngineState state() override { return {&kda_host_, &kv_host_}; }
@@ -261,9 +261,10 @@ absl::Status CudaStepRunner::Run(std::span<const SequenceStep> batch, StepOutput
   shape.has_decode = bucket ? true : any_decode;
   shape.has_prefill = bucket ? false : any_prefill;
   bool moved = false;
-  KIMI_RETURN_IF_ERROR(forward_->Reserve(shape.tokens, shape.seqs, page_entries, shape.logit_rows,
-                                         &moved));
+  const absl::Status reserved =
+      forward_->Reserve(shape.tokens, shape.seqs, page_entries, shape.logit_rows, &moved);
   if (moved) DropGraphs();
+  KIMI_RETURN_IF_ERROR(reserved);
 
   // The plan, in pinned staging memory (the previous step has finished with it).
   const gpu::PlanArrays& p = forward_->host_plan();

@@ -78,6 +78,10 @@ absl::Status Forward::Reserve(int64_t tokens, int64_t seqs, int64_t page_entries
   const int64_t T = grow(tokens, cap_tokens_), S = grow(seqs, cap_seqs_);
   const int64_t PT = grow(std::max<int64_t>(page_entries, 1), cap_pages_);
   const int64_t LR = grow(logit_rows, cap_logits_);
+  // From here on the old buffers are gone: graphs are stale even if an allocation fails, and
+  // nothing may be enqueued until a Reserve succeeds.
+  *moved = true;
+  cap_tokens_ = cap_seqs_ = cap_pages_ = cap_logits_ = 0;
 
   const ModelConfig& c = model_.config();
   const Widths w = WidthsOf(model_);
@@ -201,7 +205,6 @@ absl::Status Forward::Reserve(int64_t tokens, int64_t seqs, int64_t page_entries
   cap_seqs_ = S;
   cap_pages_ = PT;
   cap_logits_ = LR;
-  *moved = true;
   return absl::OkStatus();
 }
 
