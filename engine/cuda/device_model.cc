@@ -40,8 +40,9 @@ int64_t ScaleBytes(const Weight& w) {
   return w.format == WeightFormat::kMxfp4 ? w.rows * (w.cols / 32) : 0;
 }
 
-// Host row-major copies of w's data and scales.
-void RowMajor(const Weight& w, std::vector<uint8_t>* data, std::vector<uint8_t>* scales) {
+}  // namespace
+
+void RowMajorBytes(const Weight& w, std::vector<uint8_t>* data, std::vector<uint8_t>* scales) {
   const auto* d = static_cast<const uint8_t*>(w.data);
   data->assign(DataBytes(w), 0);
   scales->assign(ScaleBytes(w), 0);
@@ -58,8 +59,6 @@ void RowMajor(const Weight& w, std::vector<uint8_t>* data, std::vector<uint8_t>*
     Unpack(w.scales, scales->data(), w.rows, blocks, 1);
   }
 }
-
-}  // namespace
 
 absl::StatusOr<void*> DeviceModel::Put(const void* data, int64_t bytes) {
   absl::StatusOr<cuda::DeviceBuffer> b = cuda::DeviceBuffer::Allocate(bytes);
@@ -95,7 +94,7 @@ absl::StatusOr<Weight> DeviceModel::Stack(const std::vector<const Weight*>& part
   const int64_t db = DataBytes(first), sb = ScaleBytes(first);
   std::vector<uint8_t> data(db * parts.size()), scales(sb * parts.size()), d, s;
   for (size_t i = 0; i < parts.size(); ++i) {
-    RowMajor(*parts[i], &d, &s);
+    RowMajorBytes(*parts[i], &d, &s);
     std::memcpy(data.data() + i * db, d.data(), db);
     if (sb) std::memcpy(scales.data() + i * sb, s.data(), sb);
   }

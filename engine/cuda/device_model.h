@@ -60,6 +60,10 @@ struct DeviceLayer {
   DeviceMoe moe;
 };
 
+// Host row-major bytes of `w` (data, and scales for MXFP4): as stored, or unpacked when the CPU
+// loader packed the weight in place (kernels/cpu/pack.h). What DeviceModel uploads.
+void RowMajorBytes(const Weight& w, std::vector<uint8_t>* data, std::vector<uint8_t>* scales);
+
 class DeviceModel {
  public:
   // Uploads `model` to the current CUDA device. The whole model in one process only (no tensor,
