@@ -128,6 +128,7 @@ class CudaStepRunner final : public StepRunner {
     sink_ = CudaStateSink(state_.get(), &stream_, device_, &sticky_);
     cuda::Gemm::Options go;
     go.batch_invariant = options_.batch_invariant;
+    go.use_library = options_.gemm_library;
     absl::StatusOr<std::unique_ptr<cuda::Gemm>> g = cuda::Gemm::Create(go);
     if (!g.ok()) return g.status();
     gemm_ = std::move(*g);

@@ -30,6 +30,8 @@ struct CudaRunnerOptions {
   bool fp32_activations = true;
   // One cuBLASLt algorithm per weight shape for every batch size (see kernels/cuda/gemm.h).
   bool batch_invariant = true;
+  // false: no cuBLASLt; every product through the in-kernel-dequantising GEMM (fp32 activations).
+  bool gemm_library = true;
   // CUDA graphs for decode steps, in buckets of powers of two up to this batch size (0: off).
   int64_t max_graph_batch = 128;
   // Initial room for a step's tokens (grows on demand; growth drops captured graphs).

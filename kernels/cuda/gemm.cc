@@ -252,7 +252,9 @@ absl::Status Gemm::Reserve(int64_t elements) {
 absl::Status Gemm::Linear(float* y, int64_t ldy, const float* x, int64_t ldx, const Weight& w,
                           int64_t m, GemmPrecision precision, cudaStream_t stream) {
   if (m <= 0 || w.rows <= 0) return absl::OkStatus();
-  if (w.format != WeightFormat::kBF16 || w.packed) return WeightGemm(y, ldy, x, ldx, w, m, stream);
+  if (w.format != WeightFormat::kBF16 || w.packed || !impl_->options.use_library) {
+    return WeightGemm(y, ldy, x, ldx, w, m, stream);
+  }
   const int64_t n = w.rows, k = w.cols;
   if (m * k > impl_->scratch_elements) {
     return absl::FailedPreconditionError(absl::StrCat("Gemm: ", m, " x ", k,

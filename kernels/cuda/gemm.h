@@ -12,6 +12,9 @@
 // element is one CTA's sum over k in a fixed order -- and a row's result does not depend on how
 // many rows share the product. Without it the heuristic's best algorithm is used per m.
 //
+// use_library = false sends every product to WeightGemm instead (a fallback that does not depend
+// on cuBLASLt's kernels).
+//
 // Thread contract: one thread uses a Gemm at a time (the engine thread). Plans are created on
 // first use of a shape, so run every shape once before capturing a CUDA graph.
 #pragma once
@@ -33,6 +36,9 @@ class Gemm {
  public:
   struct Options {
     bool batch_invariant = true;
+    // false: every product through WeightGemm (fp32 activations, weights converted in the kernel;
+    // slower, batch-invariant by construction, no cuBLASLt).
+    bool use_library = true;
     int64_t workspace_bytes = int64_t{32} << 20;
   };
   static absl::StatusOr<std::unique_ptr<Gemm>> Create(const Options& options);

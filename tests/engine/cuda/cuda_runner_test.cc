@@ -154,18 +154,22 @@ TEST_P(CudaRunnerTest, LogitsMatchCpuEngine) {
   for (int i = 0; i < 3; ++i) tokens.push_back(RandomTokens(150, V, 20 + i));
   const std::vector<std::vector<int64_t>> splits = {
       {100, 1, 1, 48}, {1, 1, 37, 63, 48}, {64, 64, 1, 1, 1, 1, 1, 1, 16}};
-  auto gpu = Cuda(3, max_tokens);
-  ASSERT_TRUE(gpu);
   const int64_t per = (max_tokens + kPageSize - 1) / kPageSize;
   LocalStepRunner cpu(*model_, 3, 3 * per, kPageSize);
   const auto want = Driver(cpu, max_tokens).Run(tokens, splits);
-  const auto got = Driver(*gpu, max_tokens).Run(tokens, splits);
-  for (size_t s = 0; s < tokens.size(); ++s) {
-    ASSERT_EQ(got[s].size(), want[s].size());
-    const auto a = LogProbs(got[s], V), b = LogProbs(want[s], V);
-    double worst = 0.0;
-    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
-    EXPECT_LE(worst, 2e-3) << GetParam() << " sequence " << s;
+  for (const bool library : {true, false}) {  // cuBLASLt (split bf16), or the fp32 GEMM
+    CudaRunnerOptions o;
+    o.gemm_library = library;
+    auto gpu = Cuda(3, max_tokens, o);
+    ASSERT_TRUE(gpu);
+    const auto got = Driver(*gpu, max_tokens).Run(tokens, splits);
+    for (size_t s = 0; s < tokens.size(); ++s) {
+      ASSERT_EQ(got[s].size(), want[s].size());
+      const auto a = LogProbs(got[s], V), b = LogProbs(want[s], V);
+      double worst = 0.0;
+      for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+      EXPECT_LE(worst, 2e-3) << GetParam() << " sequence " << s << (library ? " cuBLASLt" : " fp32 GEMM");
+    }
   }
 }
 
@@ -204,7 +208,8 @@ TEST_P(CudaRunnerTest, Bf16ActivationsStayClose) {
 
 // A request's logits are bitwise the same alone and inside a batch of other requests at other
 // stages (prefill chunks, decode), with CUDA graphs on (decode-only steps replay bucket graphs,
-// mixed steps run eagerly).
+// mixed steps run eagerly). Checked with cuBLASLt (one pinned algorithm per weight shape) and
+// with the library-free GEMM (invariant by construction).
 TEST_P(CudaRunnerTest, BatchInvariantBitwise) {
   const int64_t V = model_->config().vocab;
   std::vector<std::vector<int32_t>> tokens;
@@ -221,13 +226,18 @@ TEST_P(CudaRunnerTest, BatchInvariantBitwise) {
     splits[i][0] -= i;
     splits[i].insert(splits[i].begin(), i, 1);
   }
-  auto together = Cuda(4, 96);
-  ASSERT_TRUE(together);
-  const auto batch = Driver(*together, 96).Run(tokens, splits);
-  for (int i = 0; i < 4; ++i) {
-    auto alone = Cuda(1, 96);
-    ASSERT_TRUE(alone);
-    EXPECT_EQ(Driver(*alone, 96).Run({tokens[i]}, {splits[i]})[0], batch[i]) << "sequence " << i;
+  for (const bool library : {true, false}) {
+    CudaRunnerOptions o;
+    o.gemm_library = library;
+    auto together = Cuda(4, 96, o);
+    ASSERT_TRUE(together);
+    const auto batch = Driver(*together, 96).Run(tokens, splits);
+    for (int i = 0; i < 4; ++i) {
+      auto alone = Cuda(1, 96, o);
+      ASSERT_TRUE(alone);
+      EXPECT_EQ(Driver(*alone, 96).Run({tokens[i]}, {splits[i]})[0], batch[i])
+          << "sequence " << i << (library ? " (cuBLASLt)" : " (library-free GEMM)");
+    }
   }
 }
 
