@@ -3,7 +3,7 @@
 set -euo pipefail
 source "$(dirname "$0")/setup.sh"
 kimi_setup
-DEFAULT_MODEL=${KIMI_MODEL:-k3-tiny}
+DEFAULT_MODEL=${KIMI_PRESET:-k3-tiny}  # any kimi-mkmodel preset
 kimi_model "$DEFAULT_MODEL"
 if [ ! -x "$KIMI_BUILD/bin/kimi-server" ]; then
   kimi_log "kimi-server is not built yet (the gRPC server issue adds it); the model is at $KIMI_MODELS/$DEFAULT_MODEL"
