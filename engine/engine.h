@@ -33,10 +33,21 @@ struct EngineState {
   MlaKvCache* kv = nullptr;
 };
 
+// How evenly one MoE layer's routing spread over the experts (and the expert-parallel ranks).
+struct MoeLayerStats {
+  int64_t layer = -1;
+  int64_t tokens = 0;
+  double expert_imbalance = 1.0;    // max / mean routed pairs per expert
+  double rank_imbalance = 1.0;      // expert parallel: max / mean pairs per rank, owners only
+  double balanced_imbalance = 1.0;  // the same after replicating hot experts
+  int64_t replicated = 0;           // experts replicated on another rank this step
+};
+
 struct StepOutput {
   int64_t vocab = 0;
   std::vector<float> logits;         // [rows, vocab], fp32
   std::vector<int64_t> first_row;    // per sequence: its first row in `logits`, -1 if none
+  std::vector<MoeLayerStats> moe;    // this rank's MoE layers (one entry per layer and micro-batch)
 };
 
 // The collectives of a sharded engine (see engine/parallel.h); unused in one process.
@@ -62,7 +73,7 @@ class Engine {
   // This rank's stage of a (micro-)batch: receives from the previous stage or embeds, runs the
   // stage's layers, sends to the next stage or computes the logits rows into `logits`.
   absl::Status RunStage(std::span<const SequenceStep> batch, EngineState& state,
-                        std::vector<float>* logits) const;
+                        std::vector<float>* logits, std::vector<MoeLayerStats>* moe_stats) const;
 
   const Model& model_;
   EngineComms comms_;

@@ -181,6 +181,7 @@ bool EngineLoop::RunOnce() {
   } else {
     Deliver(scheduler_->Update(plan, out));
   }
+  step.moe = std::move(out.moe);
   step.seconds = Seconds(t2 - t1);
   step.overhead = Seconds(Clock::now() - t2) + Seconds(t1 - t0);
   const SchedulerStats stats = scheduler_->Stats();

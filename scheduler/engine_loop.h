@@ -57,6 +57,7 @@ struct StepStats {
   int64_t tokens = 0;        // tokens computed
   int64_t prefill_tokens = 0;
   int64_t decode_tokens = 0;
+  std::vector<MoeLayerStats> moe;  // routing balance of this rank's MoE layers
 };
 
 struct LoopConfig {

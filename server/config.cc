@@ -51,6 +51,11 @@ const std::vector<Setting>& Settings() {
        "layers per pipeline stage, comma-separated (default: as even as possible)"},
       {"parallel.collective_timeout_seconds", "", &ServerConfig::collective_timeout_seconds,
        "a collective or pipeline transfer waiting longer ends the job (a rank died or hangs)"},
+      {"parallel.replicate_threshold", "", &ServerConfig::replicate_threshold,
+       "expert parallel: replicate hot experts when a rank holds more than this times the mean "
+       "load of a step (0 = never)"},
+      {"parallel.max_replicated_experts", "", &ServerConfig::max_replicated_experts,
+       "expert parallel: replicas per MoE layer and step at most"},
       {"memory.kda_state_mib", "", &ServerConfig::kda_state_mib,
        "memory for per-request KDA state slots"},
       {"memory.kv_cache_mib", "", &ServerConfig::kv_cache_mib, "memory for MLA KV pages"},
@@ -267,6 +272,8 @@ absl::Status Validate(const ServerConfig& c) {
                         {"parallel.pp", c.pp}}) {
     if (v < 1) return bad(key, "must be >= 1");
   }
+  if (c.replicate_threshold < 0) return bad("parallel.replicate_threshold", "must be >= 0");
+  if (c.max_replicated_experts < 0) return bad("parallel.max_replicated_experts", "must be >= 0");
   if (c.collective_timeout_seconds < 1) {
     return bad("parallel.collective_timeout_seconds", "must be >= 1");
   }

@@ -114,6 +114,8 @@ absl::StatusOr<Cluster> JoinCluster(const ServerConfig& c) {
   cl.layout.tp = static_cast<int>(c.tp);
   cl.layout.ep = static_cast<int>(c.ep);
   cl.layout.pp = static_cast<int>(c.pp);
+  cl.layout.replicate_threshold = c.replicate_threshold;
+  cl.layout.max_replicated_experts = static_cast<int>(c.max_replicated_experts);
   for (absl::string_view part : absl::StrSplit(c.stage_layers, ',', absl::SkipEmpty())) {
     int64_t n;
     if (!absl::SimpleAtoi(part, &n)) {
