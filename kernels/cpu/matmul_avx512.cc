@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cpu/matmul_impl.h"
 
@@ -115,7 +116,9 @@ struct Bf16PackedLoader {
     e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
     o = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
   }
-  inline void Prefetch(int64_t, int64_t) const {}
+  inline void Prefetch(int64_t r, int64_t b) const {
+    _mm_prefetch(reinterpret_cast<const char*>(At(r, b)), _MM_HINT_T0);
+  }
   int64_t RowBytes() const { return k * 2; }
   inline void LoadTail(int64_t, int64_t, int, __m512& e, __m512& o) const {  // k % 32 == 0
     e = _mm512_setzero_ps();
@@ -138,7 +141,15 @@ struct Mxfp4PackedLoader {
     e = _mm512_permutexvar_ps(codes, scaled);
     o = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), scaled);
   }
-  inline void Prefetch(int64_t, int64_t) const {}
+  inline void Prefetch(int64_t r, int64_t b) const {
+    const int64_t g = r / kPackRows, j = r % kPackRows;
+    _mm_prefetch(reinterpret_cast<const char*>(packed + g * kPackRows * (k / 2) + b * 16 * kPackRows + j * 16),
+                 _MM_HINT_T0);
+    if (b % 8 == 0 && j == 0) {
+      _mm_prefetch(reinterpret_cast<const char*>(scales + g * kPackRows * (k / 32) + b * kPackRows),
+                   _MM_HINT_T0);
+    }
+  }
   int64_t RowBytes() const { return k / 2 + k / 32; }
   inline void LoadTail(int64_t, int64_t, int, __m512& e, __m512& o) const {
     e = _mm512_setzero_ps();
@@ -168,34 +179,38 @@ inline void Tile(const L& l, const float* xp, int64_t kp, float* y, int64_t ldy,
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
   }
-  const auto step = [&](const __m512* we, const __m512* wo, int64_t b) {
+  // x first (2 MR registers), then one W row at a time, used by every x row at once: MR * NR
+  // accumulators + 2 MR + 2 registers.
+  const auto step = [&](int64_t b, bool tail) {
+    __m512 xe[MR], xo[MR];
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
-      const __m512 xe = _mm512_loadu_ps(xp + i * kp + b * 32);
-      const __m512 xo = _mm512_loadu_ps(xp + i * kp + b * 32 + 16);
+      xe[i] = _mm512_loadu_ps(xp + i * kp + b * 32);
+      xo[i] = _mm512_loadu_ps(xp + i * kp + b * 32 + 16);
+    }
 #pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j) {
-        acc[i][j] = _mm512_fmadd_ps(xe, we[j], acc[i][j]);
-        acc[i][j] = _mm512_fmadd_ps(xo, wo[j], acc[i][j]);
+    for (int j = 0; j < NR; ++j) {
+      __m512 we, wo;
+      if (tail) {
+        l.LoadTail(n + j, b, rem, we, wo);
+      } else {
+        l.Load(n + j, b, we, wo);
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        acc[i][j] = _mm512_fmadd_ps(xe[i], we, acc[i][j]);
+        acc[i][j] = _mm512_fmadd_ps(xo[i], wo, acc[i][j]);
       }
     }
   };
   for (int64_t b = 0; b < full; ++b) {
-    __m512 we[NR], wo[NR];
     if (ahead > 0) {
 #pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) l.Prefetch(n + ahead + j, b);
     }
-#pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) l.Load(n + j, b, we[j], wo[j]);
-    step(we, wo, b);
+    step(b, false);
   }
-  if (rem) {
-    __m512 we[NR], wo[NR];
-#pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) l.LoadTail(n + j, full, rem, we[j], wo[j]);
-    step(we, wo, full);
-  }
+  if (rem) step(full, true);
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 8
@@ -221,24 +236,33 @@ void RangeWith(const L& l, const Problem& p, int64_t n0, int64_t n1) {
   // Prefetch distance in rows: at least 8 KiB of weights ahead.
   const int64_t row_bytes = l.RowBytes();
   const int64_t ahead_rows = (8192 + row_bytes - 1) / row_bytes;
-  if (p.m == 1) {
-    // Decode: 8 rows of W in flight, x stays in registers' reach.
-    const int64_t ahead = ahead_rows < 8 ? 8 : ahead_rows;
-    int64_t n = n0;
-    for (; n + 8 <= n1; n += 8) Tile<1, 8>(l, p.xp, p.kp, p.y, p.ldy, n, full, rem, ahead);
-    for (; n < n1; ++n) Tile<1, 1>(l, p.xp, p.kp, p.y, p.ldy, n, full, rem);
+  if (p.m <= 3) {
+    // Decode, or a few tokens: 8 rows of W in flight (a whole packed group, read linearly), every
+    // x row against each. A packed weight is one linear stream the hardware prefetcher follows by
+    // itself; row-major rows get software prefetches.
+    const int64_t ahead = p.w->packed ? 0 : ahead_rows < 8 ? 8 : ahead_rows;
+    const auto run = [&](auto mr) {
+      constexpr int MR = decltype(mr)::value;
+      int64_t n = n0;
+      for (; n + 8 <= n1; n += 8) Tile<MR, 8>(l, p.xp, p.kp, p.y, p.ldy, n, full, rem, ahead);
+      for (; n < n1; ++n) Tile<MR, 1>(l, p.xp, p.kp, p.y, p.ldy, n, full, rem);
+    };
+    if (p.m == 1) run(std::integral_constant<int, 1>{});
+    if (p.m == 2) run(std::integral_constant<int, 2>{});
+    if (p.m == 3) run(std::integral_constant<int, 3>{});
     return;
   }
   // Blocks of x rows that stay in L2 (~256 KiB) while W tiles stream past them; W is read from
-  // memory once per block (once in total for m up to a few dozen rows).
+  // memory once per block (once in total for m up to a few dozen rows). (Converting W chunks once
+  // into an fp32 panel measured slower: the panel's stores miss L1.)
   int64_t mb = (int64_t{256} << 10) / (p.kp * 4);
   mb = mb < 4 ? 4 : mb & ~int64_t{3};
+  const int64_t ahead = ahead_rows < 16 ? 16 : ahead_rows;
   for (int64_t i0 = 0; i0 < p.m; i0 += mb) {
     const int64_t i1 = i0 + mb < p.m ? i0 + mb : p.m;
     for (int64_t c0 = n0; c0 < n1; c0 += 16) {  // 16 W rows (a few KiB..64 KiB) stay in L1/L2
       const int64_t c1 = c0 + 16 < n1 ? c0 + 16 : n1;
       // The first strip of x rows pulls the W chunk from memory: it prefetches ahead.
-      const int64_t ahead = ahead_rows < 16 ? 16 : ahead_rows;
       int64_t i = i0;
       for (; i + 4 <= i1; i += 4) RowStrip<4>(l, p, i, c0, c1, full, rem, i == i0 ? ahead : 0);
       const int64_t first = i == i0 ? ahead : 0;
