@@ -124,6 +124,7 @@ absl::Status Engine::Step(std::span<const SequenceStep> batch, EngineState& stat
   const ModelConfig& c = model_.config();
   const Shard& sh = model_.shard();
   if (absl::Status s = Validate(c, batch, state); !s.ok()) return s;
+  const cpu::ActivationScope precision(options_.activation);
   out->vocab = c.vocab;
   {
     StepLayout whole;

@@ -14,6 +14,7 @@
 #include "engine/comm/communicator.h"
 #include "engine/state.h"
 #include "engine/weights.h"
+#include "kernels/cpu/matmul.h"
 
 namespace kimi {
 
@@ -56,9 +57,17 @@ struct EngineComms {
   Communicator* world = nullptr;  // every rank: pipeline activations, logits to rank 0
 };
 
+struct EngineOptions {
+  // fp32 (default) or bf16: matmul activations rounded to bf16 and run on the bf16 dot product
+  // where the machine has one (kernels/cpu/matmul.h); norms, gates, router, attention and state
+  // stay fp32. Faster prefill and batched decode, looser accuracy (DESIGN.md, Precision).
+  cpu::ActivationDtype activation = cpu::ActivationDtype::kF32;
+};
+
 class Engine {
  public:
-  explicit Engine(const Model& model, EngineComms comms = {}) : model_(model), comms_(comms) {}
+  explicit Engine(const Model& model, EngineComms comms = {}, EngineOptions options = {})
+      : model_(model), comms_(comms), options_(options) {}
 
   // Runs one step. Invalid input (token id out of range, slot or page missing) returns
   // InvalidArgument before any state is touched. Sharded: every rank calls Step with the same
@@ -68,6 +77,7 @@ class Engine {
                     StepOutput* out) const;
 
   const Model& model() const { return model_; }
+  const EngineOptions& options() const { return options_; }
 
  private:
   // This rank's stage of a (micro-)batch: receives from the previous stage or embeds, runs the
@@ -77,6 +87,7 @@ class Engine {
 
   const Model& model_;
   EngineComms comms_;
+  EngineOptions options_;
 };
 
 }  // namespace kimi

@@ -310,12 +310,103 @@ void Range(const Problem& p, int64_t n0, int64_t n1) {
   }
 }
 
+// --- bf16 activations (opt-in): vdpbf16ps on bf16 weights, nothing converted in the loop -----
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx2,fma,f16c,bmi,bmi2")
+
+struct Bf16Raw {
+  const uint16_t* base;
+  int64_t k;
+  bool packed;
+  inline const uint16_t* At(int64_t r, int64_t b) const {
+    return packed ? base + (r / kPackRows) * kPackRows * k + b * 32 * kPackRows + (r % kPackRows) * 32
+                  : base + r * k + b * 32;
+  }
+  inline __m512i Load(int64_t r, int64_t b) const { return _mm512_loadu_si512(At(r, b)); }
+  inline __m512i LoadTail(int64_t r, int64_t b, int rem) const {  // unpacked only
+    return _mm512_maskz_loadu_epi16(_bzhi_u32(~0u, rem), At(r, b));
+  }
+};
+
+template <int MR, int NR>
+inline void TileBf16(const Bf16Raw& l, const uint16_t* xb, int64_t kp, float* y, int64_t ldy,
+                     int64_t n, int64_t full, int rem) {
+  __m512 acc[MR][NR];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
+  const auto step = [&](int64_t b, bool tail) {
+    __m512i x[MR];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) x[i] = _mm512_loadu_si512(xb + i * kp + b * 32);
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) {
+      const __m512i w = tail ? l.LoadTail(n + j, b, rem) : l.Load(n + j, b);
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        acc[i][j] = _mm512_dpbf16_ps(acc[i][j], reinterpret_cast<__m512bh>(x[i]),
+                                     reinterpret_cast<__m512bh>(w));
+      }
+    }
+  };
+  for (int64_t b = 0; b < full; ++b) step(b, false);
+  if (rem) step(full, true);
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) y[i * ldy + n + j] = Reduce(acc[i][j]);
+  }
+}
+
+template <int MR>
+inline void StripBf16(const Bf16Raw& l, const Problem& p, int64_t i0, int64_t n0, int64_t n1,
+                      int64_t full, int rem) {
+  const uint16_t* xb = p.xb + i0 * p.kp;
+  float* y = p.y + i0 * p.ldy;
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4) TileBf16<MR, 4>(l, xb, p.kp, y, p.ldy, n, full, rem);
+  for (; n < n1; ++n) TileBf16<MR, 1>(l, xb, p.kp, y, p.ldy, n, full, rem);
+}
+
+void RangeBf16(const Problem& p, int64_t n0, int64_t n1) {
+  const Weight& w = *p.w;
+  const Bf16Raw l{static_cast<const uint16_t*>(w.data), w.cols, w.packed};
+  const int64_t full = w.cols / 32;
+  const int rem = static_cast<int>(w.cols % 32);
+  // As the fp32 path: blocks of x rows held in L2, W in chunks of 16 rows read once per block.
+  int64_t mb = (int64_t{128} << 10) / (p.kp * 2);
+  mb = mb < 4 ? 4 : mb & ~int64_t{3};
+  for (int64_t i0 = 0; i0 < p.m; i0 += mb) {
+    const int64_t i1 = i0 + mb < p.m ? i0 + mb : p.m;
+    for (int64_t c0 = n0; c0 < n1; c0 += 16) {
+      const int64_t c1 = c0 + 16 < n1 ? c0 + 16 : n1;
+      int64_t i = i0;
+      for (; i + 4 <= i1; i += 4) StripBf16<4>(l, p, i, c0, c1, full, rem);
+      switch (i1 - i) {
+        case 3:
+          StripBf16<3>(l, p, i, c0, c1, full, rem);
+          break;
+        case 2:
+          StripBf16<2>(l, p, i, c0, c1, full, rem);
+          break;
+        case 1:
+          StripBf16<1>(l, p, i, c0, c1, full, rem);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 #pragma GCC pop_options
 
 const Kernels* Avx512Kernels() {
-  static const Kernels k{"avx512", &Range};
+  static const bool bf16 = __builtin_cpu_supports("avx512bf16");
+  static const Kernels k{"avx512", &Range, bf16 ? &RangeBf16 : nullptr};
   static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
                          __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");

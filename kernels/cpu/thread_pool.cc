@@ -11,6 +11,7 @@ namespace kimi::cpu {
 namespace {
 
 thread_local bool tls_in_worker = false;
+thread_local uint32_t tls_context = 0;
 
 int DefaultThreads() {
   if (const char* env = std::getenv("KIMI_NUM_THREADS")) {
@@ -49,6 +50,7 @@ struct ThreadPool::Shared {
   alignas(64) const std::function<void(int64_t, int64_t)>* fn = nullptr;
   int64_t n = 0;
   int parts = 0;
+  uint32_t context = 0;  // the caller's Context(), handed to the workers
   bool stop = false;
   std::chrono::microseconds spin{0};
   std::vector<std::thread> threads;
@@ -76,6 +78,9 @@ ThreadPool& ThreadPool::Global() {
   static ThreadPool* pool = new ThreadPool();  // never destroyed: workers may outlive statics
   return *pool;
 }
+
+uint32_t ThreadPool::Context() { return tls_context; }
+void ThreadPool::SetContext(uint32_t context) { tls_context = context; }
 
 void ThreadPool::SetActiveThreads(int n) {
   active_ = n <= 0 ? num_threads_ : std::min(n, num_threads_);
@@ -113,6 +118,7 @@ void ThreadPool::WorkerLoop(int index) {
     }
     seen = g;
     if (s.stop) return;
+    tls_context = s.context;
     RunPart(*s.fn, s.n, s.parts, index);
     s.pending.fetch_sub(1, std::memory_order_release);
   }
@@ -131,6 +137,7 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   s.fn = &fn;
   s.n = n;
   s.parts = parts;
+  s.context = tls_context;
   s.pending.store(num_threads_ - 1, std::memory_order_relaxed);
   s.generation.fetch_add(1, std::memory_order_seq_cst);
   if (s.sleepers.load(std::memory_order_seq_cst) > 0) s.generation.notify_all();

@@ -36,6 +36,12 @@ class ThreadPool {
   // The process-wide pool the kernels use.
   static ThreadPool& Global();
 
+  // A word of per-thread kernel settings (e.g. the activation precision, kernels/cpu/matmul.h)
+  // that every ParallelFor hands from the calling thread to the workers running its parts, so
+  // nested kernels see the caller's settings whichever thread runs them.
+  static uint32_t Context();
+  static void SetContext(uint32_t context);
+
  private:
   struct Shared;
   void WorkerLoop(int index);
