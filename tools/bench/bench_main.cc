@@ -1,7 +1,7 @@
 // kimi-bench [--filter REGEX] [--json] [--repeats N] [--models_dir DIR] [--models a,b]
 // Prints every performance figure of DESIGN.md's contract with its baseline measured in the same
 // run and their ratio (--json: one JSON object per line with name, value, unit, baseline, ratio).
-// Figures: decode.b1.<model>[.t1], decode.b8|b32|b64.<model>, prefill.gemm,
+// Figures: decode.b1.<model>[.t1], decode.b8|b32|b64.<model>[.bf16], prefill.gemm[.bf16],
 // kda.prefill.per_token_16k_over_1k, state.128k.hybrid_over_mla, scheduler.overhead.b64.
 // Models are read from --models_dir/<preset> and generated there (seed 1) when missing.
 #include <cstdio>
@@ -51,8 +51,9 @@ int main(int argc, char** argv) {
     for (const std::string& m : models) {
       std::printf("decode.b1.%s\ndecode.b1.%s.t1\n", m.c_str(), m.c_str());
       for (int n : {8, 32, 64}) std::printf("decode.b%d.%s\n", n, m.c_str());
+      for (int n : {8, 32, 64}) std::printf("decode.b%d.%s.bf16\n", n, m.c_str());
     }
-    std::printf("prefill.gemm\nkda.prefill.per_token_16k_over_1k\nstate.128k.hybrid_over_mla\n"
+    std::printf("prefill.gemm\nprefill.gemm.bf16\nkda.prefill.per_token_16k_over_1k\nstate.128k.hybrid_over_mla\n"
                 "scheduler.overhead.b64\n");
     return 0;
   }
@@ -62,10 +63,15 @@ int main(int argc, char** argv) {
   // The batched decode rooflines need the GEMM peak: measure it when they run, too.
   bool batched = false;
   for (const std::string& m : models) {
-    for (int n : {8, 32, 64}) batched |= ctx.Wants(absl::StrCat("decode.b", n, ".", m));
+    for (int n : {8, 32, 64}) {
+      batched |= ctx.Wants(absl::StrCat("decode.b", n, ".", m));
+      batched |= ctx.Wants(absl::StrCat("decode.b", n, ".", m, ".bf16"));
+    }
   }
   GemmPeaks peaks;
-  if (ctx.Wants("prefill.gemm") || batched) peaks = RunGemm(ctx, /*emit=*/true);
+  if (ctx.Wants("prefill.gemm") || ctx.Wants("prefill.gemm.bf16") || batched) {
+    peaks = RunGemm(ctx, /*emit=*/true);
+  }
   for (const std::string& m : models) RunDecode(ctx, m, peaks);
   RunAttentionScaling(ctx);
   RunState(ctx);

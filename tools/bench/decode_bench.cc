@@ -23,11 +23,11 @@ namespace {
 // N sequences with their own state slots and pages, fed one token per step.
 class DecodeBatch {
  public:
-  DecodeBatch(const Model& m, int n, int64_t max_pos)
+  DecodeBatch(const Model& m, int n, int64_t max_pos, EngineOptions options = {})
       : model_(m),
         kda_(m.config(), n),
         kv_(m.config(), n * ((max_pos + kPage - 1) / kPage), kPage),
-        engine_(m),
+        engine_(m, {}, options),
         n_(n) {
     const int64_t per = (max_pos + kPage - 1) / kPage;
     for (int i = 0; i < n; ++i) {
@@ -187,11 +187,15 @@ void DecodeB1(const Context& ctx, const std::string& preset, const Model& m) {
 }
 
 void DecodeBatched(const Context& ctx, const std::string& preset, const Model& m, int n,
-                   const GemmPeaks& peaks) {
-  const std::string name = absl::StrCat("decode.b", n, ".", preset);
+                   const GemmPeaks& peaks, bool bf16) {
+  const std::string name = absl::StrCat("decode.b", n, ".", preset, bf16 ? ".bf16" : "");
   if (!ctx.Wants(name)) return;
+  if (bf16 && !cpu::HasBf16DotProduct()) return;
   const int steps = n >= 32 ? 3 : 5;
-  DecodeBatch batch(m, n, 16 + (ctx.repeats + 2) * steps + 8);
+  EngineOptions options;
+  if (bf16) options.activation = cpu::ActivationDtype::kBf16;
+  const double peak = bf16 ? peaks.bf16 : peaks.f32;
+  DecodeBatch batch(m, n, 16 + (ctx.repeats + 2) * steps + 8, options);
   batch.Prefill(8);
   batch.Step();  // warm-up
   const StepCost cost = MeasureStepCost(m, batch);
@@ -206,23 +210,24 @@ void DecodeBatched(const Context& ctx, const std::string& preset, const Model& m
     step.push_back(Median(t));
     other.push_back(meter.OtherFraction());
     const double roof = std::max(static_cast<double>(cost.weight_bytes) / (bw.back() * 1e9),
-                                 peaks.f32 > 0 ? static_cast<double>(cost.flops) / (peaks.f32 * 1e9)
-                                               : 0.0);
+                                 peak > 0 ? static_cast<double>(cost.flops) / (peak * 1e9) : 0.0);
     ratios.push_back(roof / step.back());
   }
   const double bw_med = Median(bw), step_med = Median(step);
   const double t_mem = static_cast<double>(cost.weight_bytes) / (bw_med * 1e9);
   const double t_f32 = peaks.f32 > 0 ? static_cast<double>(cost.flops) / (peaks.f32 * 1e9) : 0.0;
   const double t_bf16 = peaks.bf16 > 0 ? static_cast<double>(cost.flops) / (peaks.bf16 * 1e9) : 0.0;
-  const double roof = std::max(t_mem, t_f32);
+  const double t_compute = bf16 ? t_bf16 : t_f32;
+  const double roof = std::max(t_mem, t_compute);
   Figure f;
   f.name = name;
   f.value = 1e3 * step_med;
   f.unit = "ms";
   f.baseline = 1e3 * roof;
   f.ratio = Median(ratios);
-  f.note = absl::StrFormat("step time; baseline: roofline max(bytes/BW, flops/fp32 GEMM peak), %s-bound",
-                           t_mem >= t_f32 ? "memory" : "compute");
+  f.note = absl::StrFormat("step time; baseline: roofline max(bytes/BW, flops/%s GEMM peak), %s-bound",
+                           bf16 ? "bf16" : "fp32", t_mem >= t_compute ? "memory" : "compute");
+  f.detail["activations"] = bf16 ? "bf16" : "fp32";
   f.detail["batch"] = n;
   f.detail["tokens_per_s"] = n / step_med;
   f.detail["weight_bytes_touched"] = cost.weight_bytes;
@@ -245,12 +250,17 @@ void DecodeBatched(const Context& ctx, const std::string& preset, const Model& m
 
 void RunDecode(const Context& ctx, const std::string& preset, const GemmPeaks& peaks) {
   std::vector<std::string> names = {"decode.b1." + preset, "decode.b1." + preset + ".t1"};
-  for (int n : {8, 32, 64}) names.push_back(absl::StrCat("decode.b", n, ".", preset));
+  for (int n : {8, 32, 64}) {
+    names.push_back(absl::StrCat("decode.b", n, ".", preset));
+    names.push_back(absl::StrCat("decode.b", n, ".", preset, ".bf16"));
+  }
   if (!ctx.WantsAny(names)) return;
   std::unique_ptr<Model> m = LoadPreset(ctx, preset);
   if (!m) return;
   DecodeB1(ctx, preset, *m);
-  for (int n : {8, 32, 64}) DecodeBatched(ctx, preset, *m, n, peaks);
+  for (bool bf16 : {false, true}) {
+    for (int n : {8, 32, 64}) DecodeBatched(ctx, preset, *m, n, peaks, bf16);
+  }
 }
 
 }  // namespace kimi::bench
