@@ -17,19 +17,21 @@
 namespace kimi::cpu::matmul_internal {
 namespace {
 
+#define KIMI_ALWAYS_INLINE inline __attribute__((always_inline))
+
 // Loaders: block b of row r as two fp32 vectors, the even and the odd elements of the block.
 // LoadTail reads only the first `rem` (< 32) elements and zero-fills the rest.
 struct Bf16Loader {
   const uint16_t* base;
   int64_t k;
-  inline void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
+  KIMI_ALWAYS_INLINE void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
     const __m512i v = _mm512_loadu_si512(base + r * k + b * 32);
     e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
     o = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
   }
-  inline void Prefetch(int64_t r, int64_t b) const { _mm_prefetch(reinterpret_cast<const char*>(base + r * k + b * 32), _MM_HINT_T0); }
+  KIMI_ALWAYS_INLINE void Prefetch(int64_t r, int64_t b) const { _mm_prefetch(reinterpret_cast<const char*>(base + r * k + b * 32), _MM_HINT_T0); }
   int64_t RowBytes() const { return k * 2; }
-  inline void LoadTail(int64_t r, int64_t b, int rem, __m512& e, __m512& o) const {
+  KIMI_ALWAYS_INLINE void LoadTail(int64_t r, int64_t b, int rem, __m512& e, __m512& o) const {
     const __m512i v = _mm512_maskz_loadu_epi16(_bzhi_u32(~0u, rem), base + r * k + b * 32);
     e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
     o = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
@@ -39,16 +41,16 @@ struct Bf16Loader {
 struct F16Loader {
   const uint16_t* base;
   int64_t k;
-  static inline void Split(__m512i v, __m512& e, __m512& o) {
+  KIMI_ALWAYS_INLINE static void Split(__m512i v, __m512& e, __m512& o) {
     e = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
     o = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
   }
-  inline void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
+  KIMI_ALWAYS_INLINE void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
     Split(_mm512_loadu_si512(base + r * k + b * 32), e, o);
   }
-  inline void Prefetch(int64_t r, int64_t b) const { _mm_prefetch(reinterpret_cast<const char*>(base + r * k + b * 32), _MM_HINT_T0); }
+  KIMI_ALWAYS_INLINE void Prefetch(int64_t r, int64_t b) const { _mm_prefetch(reinterpret_cast<const char*>(base + r * k + b * 32), _MM_HINT_T0); }
   int64_t RowBytes() const { return k * 2; }
-  inline void LoadTail(int64_t r, int64_t b, int rem, __m512& e, __m512& o) const {
+  KIMI_ALWAYS_INLINE void LoadTail(int64_t r, int64_t b, int rem, __m512& e, __m512& o) const {
     Split(_mm512_maskz_loadu_epi16(_bzhi_u32(~0u, rem), base + r * k + b * 32), e, o);
   }
 };
@@ -56,22 +58,22 @@ struct F16Loader {
 struct F32Loader {
   const float* base;
   int64_t k;
-  static inline void Split(__m512 lo, __m512 hi, __m512& e, __m512& o) {
+  KIMI_ALWAYS_INLINE static void Split(__m512 lo, __m512 hi, __m512& e, __m512& o) {
     const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     e = _mm512_permutex2var_ps(lo, ie, hi);
     o = _mm512_permutex2var_ps(lo, io, hi);
   }
-  inline void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
+  KIMI_ALWAYS_INLINE void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
     const float* p = base + r * k + b * 32;
     Split(_mm512_loadu_ps(p), _mm512_loadu_ps(p + 16), e, o);
   }
-  inline void Prefetch(int64_t r, int64_t b) const {
+  KIMI_ALWAYS_INLINE void Prefetch(int64_t r, int64_t b) const {
     _mm_prefetch(reinterpret_cast<const char*>(base + r * k + b * 32), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(base + r * k + b * 32 + 16), _MM_HINT_T0);
   }
   int64_t RowBytes() const { return k * 4; }
-  inline void LoadTail(int64_t r, int64_t b, int rem, __m512& e, __m512& o) const {
+  KIMI_ALWAYS_INLINE void LoadTail(int64_t r, int64_t b, int rem, __m512& e, __m512& o) const {
     const float* p = base + r * k + b * 32;
     const __mmask16 m0 = static_cast<__mmask16>(_bzhi_u32(0xffffu, rem));
     const __mmask16 m1 = static_cast<__mmask16>(_bzhi_u32(0xffffu, rem > 16 ? rem - 16 : 0));
@@ -83,7 +85,7 @@ struct Mxfp4Loader {
   const uint8_t* packed;  // [rows, k/2]
   const uint8_t* scales;  // [rows, k/32]
   int64_t k;
-  inline void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
+  KIMI_ALWAYS_INLINE void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
     const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
                                         -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
     const __m512 scaled = _mm512_mul_ps(table, _mm512_set1_ps(kE8m0[scales[r * (k / 32) + b]]));
@@ -93,12 +95,12 @@ struct Mxfp4Loader {
     e = _mm512_permutexvar_ps(codes, scaled);
     o = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), scaled);
   }
-  inline void Prefetch(int64_t r, int64_t b) const {
+  KIMI_ALWAYS_INLINE void Prefetch(int64_t r, int64_t b) const {
     _mm_prefetch(reinterpret_cast<const char*>(packed + r * (k / 2) + b * 16), _MM_HINT_T0);
     if (b % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(scales + r * (k / 32) + b), _MM_HINT_T0);
   }
   int64_t RowBytes() const { return k / 2 + k / 32; }
-  inline void LoadTail(int64_t, int64_t, int, __m512& e, __m512& o) const {  // k % 32 == 0
+  KIMI_ALWAYS_INLINE void LoadTail(int64_t, int64_t, int, __m512& e, __m512& o) const {  // k % 32 == 0
     e = _mm512_setzero_ps();
     o = _mm512_setzero_ps();
   }
@@ -108,19 +110,19 @@ struct Mxfp4Loader {
 struct Bf16PackedLoader {
   const uint16_t* base;
   int64_t k;
-  inline const uint16_t* At(int64_t r, int64_t b) const {
+  KIMI_ALWAYS_INLINE const uint16_t* At(int64_t r, int64_t b) const {
     return base + (r / kPackRows) * kPackRows * k + b * 32 * kPackRows + (r % kPackRows) * 32;
   }
-  inline void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
+  KIMI_ALWAYS_INLINE void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
     const __m512i v = _mm512_loadu_si512(At(r, b));
     e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
     o = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
   }
-  inline void Prefetch(int64_t r, int64_t b) const {
+  KIMI_ALWAYS_INLINE void Prefetch(int64_t r, int64_t b) const {
     _mm_prefetch(reinterpret_cast<const char*>(At(r, b)), _MM_HINT_T0);
   }
   int64_t RowBytes() const { return k * 2; }
-  inline void LoadTail(int64_t, int64_t, int, __m512& e, __m512& o) const {  // k % 32 == 0
+  KIMI_ALWAYS_INLINE void LoadTail(int64_t, int64_t, int, __m512& e, __m512& o) const {  // k % 32 == 0
     e = _mm512_setzero_ps();
     o = _mm512_setzero_ps();
   }
@@ -130,7 +132,7 @@ struct Mxfp4PackedLoader {
   const uint8_t* packed;
   const uint8_t* scales;
   int64_t k;
-  inline void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
+  KIMI_ALWAYS_INLINE void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
     const int64_t g = r / kPackRows, j = r % kPackRows;
     const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
                                         -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
@@ -141,7 +143,7 @@ struct Mxfp4PackedLoader {
     e = _mm512_permutexvar_ps(codes, scaled);
     o = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), scaled);
   }
-  inline void Prefetch(int64_t r, int64_t b) const {
+  KIMI_ALWAYS_INLINE void Prefetch(int64_t r, int64_t b) const {
     const int64_t g = r / kPackRows, j = r % kPackRows;
     _mm_prefetch(reinterpret_cast<const char*>(packed + g * kPackRows * (k / 2) + b * 16 * kPackRows + j * 16),
                  _MM_HINT_T0);
@@ -151,14 +153,14 @@ struct Mxfp4PackedLoader {
     }
   }
   int64_t RowBytes() const { return k / 2 + k / 32; }
-  inline void LoadTail(int64_t, int64_t, int, __m512& e, __m512& o) const {
+  KIMI_ALWAYS_INLINE void LoadTail(int64_t, int64_t, int, __m512& e, __m512& o) const {
     e = _mm512_setzero_ps();
     o = _mm512_setzero_ps();
   }
 };
 
 // The canonical pairwise lane sum: lanes j += j + 8, then + 4, + 2, + 1.
-inline float Reduce(__m512 a) {
+KIMI_ALWAYS_INLINE float Reduce(__m512 a) {
   const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
   const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
   const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
@@ -317,12 +319,12 @@ struct Bf16Raw {
   const uint16_t* base;
   int64_t k;
   bool packed;
-  inline const uint16_t* At(int64_t r, int64_t b) const {
+  KIMI_ALWAYS_INLINE const uint16_t* At(int64_t r, int64_t b) const {
     return packed ? base + (r / kPackRows) * kPackRows * k + b * 32 * kPackRows + (r % kPackRows) * 32
                   : base + r * k + b * 32;
   }
-  inline __m512i Load(int64_t r, int64_t b) const { return _mm512_loadu_si512(At(r, b)); }
-  inline __m512i LoadTail(int64_t r, int64_t b, int rem) const {  // unpacked only
+  KIMI_ALWAYS_INLINE __m512i Load(int64_t r, int64_t b) const { return _mm512_loadu_si512(At(r, b)); }
+  KIMI_ALWAYS_INLINE __m512i LoadTail(int64_t r, int64_t b, int rem) const {  // unpacked only
     return _mm512_maskz_loadu_epi16(_bzhi_u32(~0u, rem), At(r, b));
   }
 };
