@@ -16,7 +16,7 @@ EngineLoop::EngineLoop(const Model& model, LoopConfig config, std::unique_ptr<St
   if (!runner_) {
     runner_ = std::make_unique<LocalStepRunner>(model, config_.scheduler.max_running,
                                                 config_.scheduler.num_pages,
-                                                config_.scheduler.page_size);
+                                                config_.scheduler.page_size, config_.engine);
   }
   // The loop bounds the queue at Submit (where the caller can be told); the scheduler need not.
   SchedulerConfig sc = config_.scheduler;

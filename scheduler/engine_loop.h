@@ -63,6 +63,7 @@ struct StepStats {
 struct LoopConfig {
   SchedulerConfig scheduler;
   TextStreamFactory text;  // may be empty: no text, no stop strings
+  EngineOptions engine;    // for the default (one-process) runner
   std::function<void(const StepStats&, const SchedulerStats&)> on_step;
   // A step failed in a way that leaves the ranks of a sharded model out of step (a collective
   // timed out, a peer died): the job cannot go on. Called on the engine thread; default: none.
@@ -106,7 +107,6 @@ class EngineLoop {
   LoopConfig config_;
   std::unique_ptr<StepRunner> runner_;
   std::unique_ptr<Scheduler> scheduler_;
-  bool failed_ = false;  // a step failed in a way that leaves ranks out of step
   int64_t concurrency_ = 0;
   std::map<std::string, Live> live_;  // engine thread only
 
