@@ -257,8 +257,8 @@ void MatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_t l
     }
   });
 
-  // Units of kRowUnit rows over all targets, in order; each part takes a contiguous run of
-  // units, so every weight byte is read by one thread. A part gets at least ~64 KiB of weights or
+  // Units of kRowUnit rows over all targets, in order; each range is a contiguous run of units,
+  // so every weight byte is read by one thread. A part gets at least ~64 KiB of weights or
   // ~4 MFLOP, so small matrices do not pay for a dispatch they cannot use.
   constexpr int kMaxTargets = 16;
   assert(targets.size() <= kMaxTargets);
@@ -274,7 +274,11 @@ void MatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_t l
   const int64_t unit_flops = 2 * m * k * kRowUnit;
   const int64_t grain = std::max<int64_t>(
       1, std::min(65536 / unit_bytes, (int64_t{4} << 20) / std::max<int64_t>(1, unit_flops)));
-  ParallelFor(units, grain, [&](int64_t begin, int64_t end) {
+  // About four ranges per thread, handed out as threads become free: on a shared host a
+  // descheduled thread's rows are picked up by the others.
+  const int64_t threads = ThreadPool::Global().num_threads();
+  const int64_t chunk = std::max(grain, (units + 4 * threads - 1) / (4 * threads));
+  ThreadPool::Global().ParallelForChunks(units, chunk, [&](int64_t begin, int64_t end) {
     for (size_t j = 0; j < targets.size(); ++j) {
       const int64_t lo = std::max(begin, first_unit[j]), hi = std::min(end, first_unit[j + 1]);
       if (lo >= hi) continue;
