@@ -137,7 +137,7 @@ std::vector<SequenceStep> StepMessage::Batch() const {
 
 LeaderStepRunner::LeaderStepRunner(const Model& model, EngineComms comms,
                                    const DistributedOptions& options)
-    : engine_(model, comms),
+    : engine_(model, comms, options.engine),
       comms_(comms),
       options_(options),
       kda_(model.config(), options.slots),
@@ -192,7 +192,7 @@ void LeaderStepRunner::Stop() {
 
 absl::Status FollowerLoop(const Model& model, EngineComms comms,
                           const DistributedOptions& options) {
-  Engine engine(model, comms);
+  Engine engine(model, comms, options.engine);
   KdaStatePool kda(model.config(), options.slots);
   MlaKvCache kv(model.config(), options.pages, options.page_size);
   StateStore store(&kda, &kv);

@@ -39,6 +39,7 @@ struct DistributedOptions {
   int64_t slots = 0, pages = 0, page_size = 16;
   std::chrono::seconds heartbeat{2};
   std::chrono::seconds follower_patience{30};  // silence from rank 0 this long ends the job
+  EngineOptions engine;
 };
 
 class LeaderStepRunner final : public StepRunner {

@@ -124,6 +124,7 @@ absl::Status Engine::Step(std::span<const SequenceStep> batch, EngineState& stat
   const ModelConfig& c = model_.config();
   const Shard& sh = model_.shard();
   if (absl::Status s = Validate(c, batch, state); !s.ok()) return s;
+  const cpu::ActivationScope precision(options_.activation);
   out->vocab = c.vocab;
   {
     StepLayout whole;
@@ -141,6 +142,7 @@ absl::Status Engine::Step(std::span<const SequenceStep> batch, EngineState& stat
   int64_t total_tokens = 0;
   for (const SequenceStep& s : batch) total_tokens += static_cast<int64_t>(s.tokens.size());
   out->logits.clear();
+  out->moe.clear();
   size_t begin = 0;
   int64_t tokens_done = 0;
   for (size_t part = 0; part < parts; ++part) {
@@ -156,7 +158,8 @@ absl::Status Engine::Step(std::span<const SequenceStep> batch, EngineState& stat
       while (end < batch.size()) tokens_done += static_cast<int64_t>(batch[end++].tokens.size());
     }
     std::vector<float> logits;
-    if (absl::Status s = RunStage(batch.subspan(begin, end - begin), state, &logits); !s.ok()) {
+    if (absl::Status s = RunStage(batch.subspan(begin, end - begin), state, &logits, &out->moe);
+        !s.ok()) {
       return s;
     }
     out->logits.insert(out->logits.end(), logits.begin(), logits.end());
@@ -184,7 +187,8 @@ absl::Status Engine::Step(std::span<const SequenceStep> batch, EngineState& stat
 }
 
 absl::Status Engine::RunStage(std::span<const SequenceStep> batch, EngineState& state,
-                              std::vector<float>* logits_out) const {
+                              std::vector<float>* logits_out,
+                              std::vector<MoeLayerStats>* moe_stats) const {
   const ModelConfig& c = model_.config();
   const ModelWeights& w = model_.weights();
   const Shard& sh = model_.shard();
@@ -204,6 +208,10 @@ absl::Status Engine::RunStage(std::span<const SequenceStep> batch, EngineState& 
     split.heads = split.mlp = sh.tp_size() > 1;
     split.shared = sh.tp_size() > 1 && sh.ep_size() == 1;
     split.experts = sh.tp_size() > 1 || sh.ep_size() > 1;
+    split.expert_ranks = sh.ep_size();
+    split.expert_rank = sh.ep_rank();
+    split.replicate_threshold = sh.layout.replicate_threshold;
+    split.max_replicas = sh.layout.max_replicated_experts;
   }
 
   Residual r{c, T, std::vector<float>(T * d), {}, 0, {}};
@@ -249,9 +257,13 @@ absl::Status Engine::RunStage(std::span<const SequenceStep> batch, EngineState& 
     in = r.Input(L.attn_res_mlp);
     cpu::RmsNorm(normed.data(), in, L.post_norm, T, d, c.rms_eps);
     if (L.is_moe) {
-      if (absl::Status s = layers::Moe(c, L.moe, normed.data(), y.data(), T, split); !s.ok()) {
+      MoeLayerStats stats;
+      stats.layer = l;
+      if (absl::Status s = layers::Moe(c, L.moe, normed.data(), y.data(), T, split, &stats);
+          !s.ok()) {
         return s;
       }
+      if (moe_stats) moe_stats->push_back(stats);
     } else {
       layers::GatedMlp(c, L.mlp, normed.data(), y.data(), T);
       if (split.mlp) {

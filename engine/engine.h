@@ -14,6 +14,7 @@
 #include "engine/comm/communicator.h"
 #include "engine/state.h"
 #include "engine/weights.h"
+#include "kernels/cpu/matmul.h"
 
 namespace kimi {
 
@@ -33,10 +34,21 @@ struct EngineState {
   MlaKvCache* kv = nullptr;
 };
 
+// How evenly one MoE layer's routing spread over the experts (and the expert-parallel ranks).
+struct MoeLayerStats {
+  int64_t layer = -1;
+  int64_t tokens = 0;
+  double expert_imbalance = 1.0;    // max / mean routed pairs per expert
+  double rank_imbalance = 1.0;      // expert parallel: max / mean pairs per rank, owners only
+  double balanced_imbalance = 1.0;  // the same after replicating hot experts
+  int64_t replicated = 0;           // experts replicated on another rank this step
+};
+
 struct StepOutput {
   int64_t vocab = 0;
   std::vector<float> logits;         // [rows, vocab], fp32
   std::vector<int64_t> first_row;    // per sequence: its first row in `logits`, -1 if none
+  std::vector<MoeLayerStats> moe;    // this rank's MoE layers (one entry per layer and micro-batch)
 };
 
 // The collectives of a sharded engine (see engine/parallel.h); unused in one process.
@@ -45,9 +57,17 @@ struct EngineComms {
   Communicator* world = nullptr;  // every rank: pipeline activations, logits to rank 0
 };
 
+struct EngineOptions {
+  // fp32 (default) or bf16: matmul activations rounded to bf16 and run on the bf16 dot product
+  // where the machine has one (kernels/cpu/matmul.h); norms, gates, router, attention and state
+  // stay fp32. Faster prefill and batched decode, looser accuracy (DESIGN.md, Precision).
+  cpu::ActivationDtype activation = cpu::ActivationDtype::kF32;
+};
+
 class Engine {
  public:
-  explicit Engine(const Model& model, EngineComms comms = {}) : model_(model), comms_(comms) {}
+  explicit Engine(const Model& model, EngineComms comms = {}, EngineOptions options = {})
+      : model_(model), comms_(comms), options_(options) {}
 
   // Runs one step. Invalid input (token id out of range, slot or page missing) returns
   // InvalidArgument before any state is touched. Sharded: every rank calls Step with the same
@@ -57,15 +77,17 @@ class Engine {
                     StepOutput* out) const;
 
   const Model& model() const { return model_; }
+  const EngineOptions& options() const { return options_; }
 
  private:
   // This rank's stage of a (micro-)batch: receives from the previous stage or embeds, runs the
   // stage's layers, sends to the next stage or computes the logits rows into `logits`.
   absl::Status RunStage(std::span<const SequenceStep> batch, EngineState& state,
-                        std::vector<float>* logits) const;
+                        std::vector<float>* logits, std::vector<MoeLayerStats>* moe_stats) const;
 
   const Model& model_;
   EngineComms comms_;
+  EngineOptions options_;
 };
 
 }  // namespace kimi

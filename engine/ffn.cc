@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "engine/expert_placement.h"
 #include "engine/layers.h"
 #include "kernels/cpu/ops.h"
 
@@ -84,10 +85,10 @@ double JobCost(const MlpWeights& w, int64_t n) {
 // sums is not the norm of the sum). Shared experts are split like dense MLPs under tp alone and
 // replicated when experts are parallel.
 absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, float* out,
-                 int64_t rows, const Split& split) {
+                 int64_t rows, const Split& split, MoeLayerStats* stats) {
   using namespace kimi::cpu;
   const MoeConfig& m = c.moe;
-  const int64_t T = rows, E = m.num_experts, k = m.top_k, D = c.ExpertDim();
+  const int64_t T = rows, E = m.num_experts, k = m.top_k, D = c.ExpertDim(), d = c.hidden;
 
   std::vector<float> logits(T * E);
   MatMul(logits.data(), x, w.router, T);
@@ -103,47 +104,87 @@ absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, floa
     MatMul(latent.data(), x, w.latent_down, T);
     z = latent.data();
   }
-  // Tokens per expert, in token order; each active expert's rows gathered into one buffer.
-  std::vector<std::vector<std::pair<int32_t, float>>> routed(E);
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t j = 0; j < k; ++j) routed[ids[t * k + j]].emplace_back(t, weights[t * k + j]);
+  // Which rank computes each routed pair (all here unless experts are parallel).
+  const bool ep = split.expert_ranks > 1;
+  const ExpertPlacement place = PlaceExperts(ids, E, ep ? split.expert_ranks : 1,
+                                             split.replicate_threshold, split.max_replicas);
+  if (stats) {
+    const int64_t busiest = *std::max_element(place.expert_load.begin(), place.expert_load.end());
+    stats->tokens = T;
+    stats->expert_imbalance =
+        T > 0 ? static_cast<double>(busiest) * static_cast<double>(E) / static_cast<double>(T * k)
+              : 1.0;
+    stats->rank_imbalance = place.rank_imbalance;
+    stats->balanced_imbalance = place.balanced_imbalance;
+    stats->replicated = place.replicated;
+  }
+  // This rank's pairs per expert, in token order; each expert's rows gathered into one buffer.
+  std::vector<std::vector<int64_t>> mine(E);
+  for (int64_t i = 0; i < T * k; ++i) {
+    if (!ep || place.rank_of_pair[i] == split.expert_rank) mine[ids[i]].push_back(i);
   }
   std::vector<int64_t> first(E + 1, 0);
-  for (int64_t e = 0; e < E; ++e) first[e + 1] = first[e] + static_cast<int64_t>(routed[e].size());
+  for (int64_t e = 0; e < E; ++e) first[e + 1] = first[e] + static_cast<int64_t>(mine[e].size());
   std::vector<float> in(first[E] * D), res(first[E] * D);
   std::vector<ExpertJob> jobs;
   for (int64_t e = 0; e < E; ++e) {
     const int64_t n = first[e + 1] - first[e];
-    if (n == 0 || !w.experts[e].gate.data) continue;  // none routed, or another rank's
-    for (int64_t i = 0; i < n; ++i) {
-      std::copy_n(z + routed[e][i].first * D, D, &in[(first[e] + i) * D]);
-    }
+    if (n == 0 || !w.experts[e].gate.data) continue;  // none here, or not bound on this rank
+    for (int64_t i = 0; i < n; ++i) std::copy_n(z + mine[e][i] / k * D, D, &in[(first[e] + i) * D]);
     jobs.push_back({&w.experts[e], &in[first[e] * D], &res[first[e] * D], n,
                     JobCost(w.experts[e], n)});
   }
   std::vector<float> shared;
   if (w.shared.gate.data) {
-    shared.resize(T * c.hidden);
+    shared.resize(T * d);
     jobs.push_back({&w.shared, x, shared.data(), T, JobCost(w.shared, T)});
   }
   RunExpertJobs(c, jobs);
 
   std::vector<float> y(T * D, 0.0f);
-  for (int64_t e = 0; e < E; ++e) {
-    for (int64_t i = 0; i < first[e + 1] - first[e]; ++i) {
-      float* yt = &y[routed[e][i].first * D];
-      const float wt = routed[e][i].second;
-      const float* r = &res[(first[e] + i) * D];
-      for (int64_t d = 0; d < D; ++d) yt[d] += wt * r[d];
+  if (!ep) {
+    // A token's outputs in ascending expert id: the order depends on the token alone.
+    for (int64_t e = 0; e < E; ++e) {
+      for (int64_t i = 0; i < first[e + 1] - first[e]; ++i) {
+        const int64_t pair = mine[e][i];
+        float* yt = &y[pair / k * D];
+        const float wt = weights[pair];
+        const float* r = &res[(first[e] + i) * D];
+        for (int64_t j = 0; j < D; ++j) yt[j] += wt * r[j];
+      }
+    }
+  } else {
+    // Expert parallel: every pair's weighted output lands in its own slot on the rank that made
+    // it (zeros elsewhere), the slots are summed over the ranks (exact: one non-zero per slot),
+    // and each token adds its slots in ascending expert id, as one process does.
+    std::vector<float> slots(T * k * D, 0.0f);
+    for (int64_t e = 0; e < E; ++e) {
+      for (int64_t i = 0; i < first[e + 1] - first[e]; ++i) {
+        const int64_t pair = mine[e][i];
+        const float wt = weights[pair];
+        const float* r = &res[(first[e] + i) * D];
+        float* slot = &slots[pair * D];
+        for (int64_t j = 0; j < D; ++j) slot[j] = wt * r[j];
+      }
+    }
+    if (absl::Status s = split.Reduce(slots.data(), T * k * D); !s.ok()) return s;
+    std::vector<int64_t> order(k);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t j = 0; j < k; ++j) order[j] = t * k + j;
+      std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return ids[a] < ids[b]; });
+      float* yt = &y[t * D];
+      for (int64_t pair : order) {
+        const float* slot = &slots[pair * D];
+        for (int64_t j = 0; j < D; ++j) yt[j] += slot[j];
+      }
     }
   }
-  const int64_t d = c.hidden;
   // With shared experts split like the routed ones and no latent, one reduction covers both.
   const bool fold_shared = split.shared && m.latent_dim == 0 && !shared.empty();
   if (fold_shared) {
     for (int64_t i = 0; i < T * d; ++i) y[i] += shared[i];
   }
-  if (split.experts) {
+  if (split.experts && !ep) {  // column-split experts: partial sums
     if (absl::Status s = split.Reduce(y.data(), T * D); !s.ok()) return s;
   }
   if (m.latent_dim > 0) {

@@ -20,6 +20,10 @@ struct Split {
   bool mlp = false;      // dense MLP columns over tp
   bool shared = false;   // shared-expert columns over tp (when experts are not parallel)
   bool experts = false;  // routed experts over ep, or each expert's columns over tp
+  int expert_ranks = 1;  // expert parallel: ranks, and this rank's place among them
+  int expert_rank = 0;
+  double replicate_threshold = 0.0;  // replicate hot experts above this rank imbalance
+  int max_replicas = 0;
 
   absl::Status Reduce(float* data, int64_t count) const {
     return stage ? stage->AllReduceSum(data, count) : absl::OkStatus();
@@ -60,7 +64,8 @@ absl::Status Mla(const ModelConfig& c, const MlaWeights& w, int64_t mla_index, c
 // caller reduces).
 void GatedMlp(const ModelConfig& c, const MlpWeights& w, const float* x, float* out,
               int64_t rows);
+// `stats` (may be null) receives the layer's routing balance.
 absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, float* out,
-                 int64_t rows, const Split& split);
+                 int64_t rows, const Split& split, MoeLayerStats* stats);
 
 }  // namespace kimi::layers

@@ -19,6 +19,10 @@ namespace kimi {
 struct ParallelLayout {
   int tp = 1, ep = 1, pp = 1;
   std::vector<int64_t> stage_layers;  // optional: layers per stage (sums to num_layers)
+  // Expert parallel: when the busiest rank holds more than this times the mean of a step's routed
+  // pairs, replicate its hottest experts on idle ranks for that step (at most this many).
+  double replicate_threshold = 1.25;
+  int max_replicated_experts = 4;
 
   int group() const { return tp > ep ? tp : ep; }
   int world() const { return pp * group(); }

@@ -27,8 +27,9 @@ class StepRunner {
 
 class LocalStepRunner final : public StepRunner {
  public:
-  LocalStepRunner(const Model& model, int64_t slots, int64_t pages, int64_t page_size)
-      : engine_(model),
+  LocalStepRunner(const Model& model, int64_t slots, int64_t pages, int64_t page_size,
+                  EngineOptions options = {})
+      : engine_(model, EngineComms{}, options),
         kda_(model.config(), slots),
         kv_(model.config(), pages, page_size),
         store_(&kda_, &kv_),

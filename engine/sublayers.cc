@@ -10,7 +10,7 @@ void RunGatedMlp(const ModelConfig& c, const MlpWeights& w, const float* x, floa
 }
 
 void RunMoe(const ModelConfig& c, const MoeWeights& w, const float* x, float* out, int64_t rows) {
-  (void)layers::Moe(c, w, x, out, rows, layers::Split{});  // one process: cannot fail
+  (void)layers::Moe(c, w, x, out, rows, layers::Split{}, nullptr);  // one process: cannot fail
 }
 
 }  // namespace kimi

@@ -295,11 +295,12 @@ absl::Status Model::Bind(const Options& opts) {
       e.latent_up = mat(b + "routed_expert_up_proj");
       if (c.moe.latent_norm) e.latent_norm = vec(b + "routed_expert_norm.weight");
     }
-    // Expert parallel: this rank owns a contiguous range of experts (the others stay unbound).
+    // Expert parallel: this rank owns a contiguous range of experts but binds views of all (a
+    // mapped file costs nothing until read), so it can serve as a replica of a hot expert.
     // Otherwise each expert is split over tp by its intermediate columns.
-    const int64_t E = c.moe.num_experts, per = E / sh.ep_size(), e0 = sh.ep_rank() * per;
+    const int64_t E = c.moe.num_experts;
     e.experts.resize(E);
-    for (int64_t x = e0; x < e0 + per; ++x) {
+    for (int64_t x = 0; x < E; ++x) {
       const std::string ep = absl::StrCat(b, "experts.", x, ".");
       const int parts = sh.ep_size() > 1 ? 1 : t;
       e.experts[x] = mlp(packed(ep + "w1"), packed(ep + "w3"), packed(ep + "w2"), parts,

@@ -16,7 +16,7 @@ EngineLoop::EngineLoop(const Model& model, LoopConfig config, std::unique_ptr<St
   if (!runner_) {
     runner_ = std::make_unique<LocalStepRunner>(model, config_.scheduler.max_running,
                                                 config_.scheduler.num_pages,
-                                                config_.scheduler.page_size);
+                                                config_.scheduler.page_size, config_.engine);
   }
   // The loop bounds the queue at Submit (where the caller can be told); the scheduler need not.
   SchedulerConfig sc = config_.scheduler;
@@ -181,6 +181,7 @@ bool EngineLoop::RunOnce() {
   } else {
     Deliver(scheduler_->Update(plan, out));
   }
+  step.moe = std::move(out.moe);
   step.seconds = Seconds(t2 - t1);
   step.overhead = Seconds(Clock::now() - t2) + Seconds(t1 - t0);
   const SchedulerStats stats = scheduler_->Stats();

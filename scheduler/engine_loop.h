@@ -57,11 +57,13 @@ struct StepStats {
   int64_t tokens = 0;        // tokens computed
   int64_t prefill_tokens = 0;
   int64_t decode_tokens = 0;
+  std::vector<MoeLayerStats> moe;  // routing balance of this rank's MoE layers
 };
 
 struct LoopConfig {
   SchedulerConfig scheduler;
   TextStreamFactory text;  // may be empty: no text, no stop strings
+  EngineOptions engine;    // for the default (one-process) runner
   std::function<void(const StepStats&, const SchedulerStats&)> on_step;
   // A step failed in a way that leaves the ranks of a sharded model out of step (a collective
   // timed out, a peer died): the job cannot go on. Called on the engine thread; default: none.
@@ -105,7 +107,6 @@ class EngineLoop {
   LoopConfig config_;
   std::unique_ptr<StepRunner> runner_;
   std::unique_ptr<Scheduler> scheduler_;
-  bool failed_ = false;  // a step failed in a way that leaves ranks out of step
   int64_t concurrency_ = 0;
   std::map<std::string, Live> live_;  // engine thread only
 

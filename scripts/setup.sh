@@ -16,6 +16,7 @@ KIMI_PACKAGES=(
   libpcre2-dev
   libssl-dev openssl prometheus
   openmpi-bin libopenmpi-dev
+  libdnnl-dev libopenblas-dev
 )
 
 kimi_log() { printf '[kimi] %s\n' "$*" >&2; }

@@ -32,7 +32,7 @@ const std::vector<Setting>& Settings() {
       {"model.path", "--model", &ServerConfig::model_path, "checkpoint directory (required)"},
       {"model.name", "", &ServerConfig::model_name, "served model name (default: directory name)"},
       {"model.activation_dtype", "--activation-dtype", &ServerConfig::activation_dtype,
-       "fp32 (bf16 is not implemented yet)"},
+       "fp32, or bf16 (matmul inputs rounded to bf16: faster prefill, looser accuracy)"},
       {"model.device", "--device", &ServerConfig::device, "cpu (cuda: see the CUDA issue)"},
       {"model.threads", "--threads", &ServerConfig::threads, "engine threads; 0 = one per core"},
       {"model.max_context", "--max-context", &ServerConfig::max_context,
@@ -51,6 +51,11 @@ const std::vector<Setting>& Settings() {
        "layers per pipeline stage, comma-separated (default: as even as possible)"},
       {"parallel.collective_timeout_seconds", "", &ServerConfig::collective_timeout_seconds,
        "a collective or pipeline transfer waiting longer ends the job (a rank died or hangs)"},
+      {"parallel.replicate_threshold", "", &ServerConfig::replicate_threshold,
+       "expert parallel: replicate hot experts when a rank holds more than this times the mean "
+       "load of a step (0 = never)"},
+      {"parallel.max_replicated_experts", "", &ServerConfig::max_replicated_experts,
+       "expert parallel: replicas per MoE layer and step at most"},
       {"memory.kda_state_mib", "", &ServerConfig::kda_state_mib,
        "memory for per-request KDA state slots"},
       {"memory.kv_cache_mib", "", &ServerConfig::kv_cache_mib, "memory for MLA KV pages"},
@@ -250,9 +255,9 @@ absl::Status Validate(const ServerConfig& c) {
     return absl::InvalidArgumentError(absl::StrCat(key, ": ", what));
   };
   if (c.model_path.empty()) return bad("model.path", "required (--model DIR)");
-  if (c.activation_dtype != "fp32") {
+  if (c.activation_dtype != "fp32" && c.activation_dtype != "bf16") {
     return bad("model.activation_dtype",
-               absl::StrCat("\"", c.activation_dtype, "\" is not supported by this build (fp32)"));
+               absl::StrCat("\"", c.activation_dtype, "\": expected fp32 or bf16"));
   }
   if (c.device != "cpu") {
     return bad("model.device", absl::StrCat("\"", c.device, "\" is not available (cpu)"));
@@ -267,6 +272,8 @@ absl::Status Validate(const ServerConfig& c) {
                         {"parallel.pp", c.pp}}) {
     if (v < 1) return bad(key, "must be >= 1");
   }
+  if (c.replicate_threshold < 0) return bad("parallel.replicate_threshold", "must be >= 0");
+  if (c.max_replicated_experts < 0) return bad("parallel.max_replicated_experts", "must be >= 0");
   if (c.collective_timeout_seconds < 1) {
     return bad("parallel.collective_timeout_seconds", "must be >= 1");
   }

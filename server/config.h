@@ -28,6 +28,8 @@ struct ServerConfig {
   int64_t tp = 1, ep = 1, pp = 1;
   std::string stage_layers;  // "10,10,5": layers per pipeline stage (default: as even as possible)
   int64_t collective_timeout_seconds = 120;
+  double replicate_threshold = 1.25;
+  int64_t max_replicated_experts = 4;
   // memory
   int64_t kda_state_mib = 1024;
   int64_t kv_cache_mib = 1024;

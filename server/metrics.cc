@@ -56,6 +56,9 @@ struct Metrics::Impl {
   p::Family<p::Gauge>* kv_pages;
   p::Family<p::Gauge>* attn_res;
   p::Family<p::Gauge>* overhead;
+  p::Family<p::Gauge>* expert_imbalance;
+  p::Family<p::Gauge>* rank_imbalance;
+  p::Family<p::Counter>* replicated;
   p::Family<p::Gauge>* build;
 };
 
@@ -114,6 +117,17 @@ Metrics::Metrics() : impl_(std::make_unique<Impl>()) {
                     .Help("Share of the last step spent outside the engine").Register(r);
   m.build = &p::BuildGauge().Name("kimi_build_info").Help("Build and model information")
                  .Register(r);
+  m.expert_imbalance = &p::BuildGauge().Name("kimi_moe_expert_load_imbalance")
+                            .Help("Last step's routed pairs of the busiest expert over the mean, "
+                                  "per MoE layer")
+                            .Register(r);
+  m.rank_imbalance = &p::BuildGauge().Name("kimi_moe_rank_load_imbalance")
+                          .Help("Expert parallel: last step's pairs on the busiest rank over the "
+                                "mean, per MoE layer (placement=owner|balanced)")
+                          .Register(r);
+  m.replicated = &p::BuildCounter().Name("kimi_moe_replicated_experts_total")
+                      .Help("Hot experts replicated on another rank for a step").Register(r);
+  m.replicated->Add({});
   // Pre-create the labelled series dashboards query, so they exist before the first event.
   for (const char* reason : {"stop", "length", "cancelled", "error"}) {
     m.requests->Add({{"finish_reason", reason}});
@@ -199,6 +213,14 @@ void Metrics::OnStep(const sched::StepStats& step, const sched::SchedulerStats& 
   Impl& m = *impl_;
   SetPools(stats);
   if (step.batch_size == 0) return;  // an idle pass: pools only
+  for (const MoeLayerStats& s : step.moe) {
+    const std::string layer = std::to_string(s.layer);
+    m.expert_imbalance->Add({{"layer", layer}}).Set(s.expert_imbalance);
+    m.rank_imbalance->Add({{"layer", layer}, {"placement", "owner"}}).Set(s.rank_imbalance);
+    m.rank_imbalance->Add({{"layer", layer}, {"placement", "balanced"}})
+        .Set(s.balanced_imbalance);
+    if (s.replicated > 0) m.replicated->Add({}).Increment(static_cast<double>(s.replicated));
+  }
   m.step->Add({}, kLatency).Observe(step.seconds);
   m.batch->Add({}, kBatch).Observe(static_cast<double>(step.batch_size));
   m.step_tokens->Add({{"phase", "prefill"}}).Increment(static_cast<double>(step.prefill_tokens));

@@ -51,6 +51,13 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const Serve
   return grpc::SslServerCredentials(opts);
 }
 
+EngineOptions EngineOptionsOf(const ServerConfig& c) {
+  EngineOptions o;
+  o.activation = c.activation_dtype == "bf16" ? cpu::ActivationDtype::kBf16
+                                              : cpu::ActivationDtype::kF32;
+  return o;
+}
+
 // Sizes the state pools from the memory budgets (each pool its own capacity).
 sched::SchedulerConfig Pools(const ServerConfig& c, const ModelConfig& m) {
   sched::SchedulerConfig s;
@@ -114,6 +121,8 @@ absl::StatusOr<Cluster> JoinCluster(const ServerConfig& c) {
   cl.layout.tp = static_cast<int>(c.tp);
   cl.layout.ep = static_cast<int>(c.ep);
   cl.layout.pp = static_cast<int>(c.pp);
+  cl.layout.replicate_threshold = c.replicate_threshold;
+  cl.layout.max_replicated_experts = static_cast<int>(c.max_replicated_experts);
   for (absl::string_view part : absl::StrSplit(c.stage_layers, ',', absl::SkipEmpty())) {
     int64_t n;
     if (!absl::SimpleAtoi(part, &n)) {
@@ -155,6 +164,7 @@ int Follow(const ServerConfig& c, Cluster& cl) {
   d.pages = pools.num_pages;
   d.page_size = pools.page_size;
   d.follower_patience = std::chrono::seconds(c.collective_timeout_seconds);
+  d.engine = EngineOptionsOf(c);
   const absl::Status s = FollowerLoop(**model, cl.comms(), d);
   if (!s.ok()) MpiCommunicator::Abort(std::string(s.message()));
   spdlog::info("rank {}: stopped", cl.rank());
@@ -305,6 +315,7 @@ int Run(int argc, char** argv) {
     sched::LoopConfig lc;
     lc.scheduler = Pools(c, b.model->config());
     lc.text = DetokenizerFactory(b.tokenizer.get());
+    lc.engine = EngineOptionsOf(c);
     lc.on_step = [&b](const sched::StepStats& step, const sched::SchedulerStats& stats) {
       b.metrics->OnStep(step, stats);
     };
@@ -315,6 +326,7 @@ int Run(int argc, char** argv) {
       d.slots = lc.scheduler.max_running;
       d.pages = lc.scheduler.num_pages;
       d.page_size = lc.scheduler.page_size;
+      d.engine = lc.engine;
       runner = std::make_unique<LeaderStepRunner>(*b.model, cluster->comms(), d);
       // A failed collective leaves the ranks out of step: report NOT_SERVING and end the job.
       lc.on_fatal = [health](const absl::Status& s) {

@@ -159,6 +159,13 @@ const Kernels* KernelsFor(Isa isa) {
   return matmul_internal::ScalarKernels();
 }
 
+// The activation precision lives in the pool's per-thread context word (bit 0), so the workers
+// of a ParallelFor -- and the MatMuls nested in them -- follow the thread that started it.
+constexpr uint32_t kBf16Bit = 1;
+ActivationDtype CurrentActivation() {
+  return ThreadPool::Context() & kBf16Bit ? ActivationDtype::kBf16 : ActivationDtype::kF32;
+}
+
 std::mutex stats_mu;
 MatMulStats* g_stats = nullptr;
 
@@ -175,6 +182,17 @@ void Record(const Weight& w, int64_t m) {
 constexpr int64_t kRowUnit = 8;
 
 }  // namespace
+
+ActivationScope::ActivationScope(ActivationDtype dtype) : saved_(CurrentActivation()) {
+  const uint32_t c = ThreadPool::Context() & ~kBf16Bit;
+  ThreadPool::SetContext(dtype == ActivationDtype::kBf16 ? c | kBf16Bit : c);
+}
+ActivationScope::~ActivationScope() {
+  const uint32_t c = ThreadPool::Context() & ~kBf16Bit;
+  ThreadPool::SetContext(saved_ == ActivationDtype::kBf16 ? c | kBf16Bit : c);
+}
+
+bool HasBf16DotProduct() { return KernelsFor(CurrentIsa())->range_bf16 != nullptr; }
 
 Isa MatMulIsa() { return CurrentIsa(); }
 
@@ -214,20 +232,34 @@ void MatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_t l
   const int64_t k = targets[0].w->cols, kp = (k + 31) / 32 * 32;
   for (const MatMulTarget& t : targets) assert(t.w->cols == k);
 
-  // x in the canonical layout; per thread, so MatMuls nested in other kernels' workers are safe.
+  // Which targets take the bf16 dot product (opt-in, bf16 weights, machine support).
+  const Kernels* kernels = KernelsFor(CurrentIsa());
+  const bool bf16_mode = CurrentActivation() == ActivationDtype::kBf16 && kernels->range_bf16;
+  bool need_f32 = false, need_bf16 = false;
+  for (const MatMulTarget& t : targets) {
+    (bf16_mode && t.w->format == WeightFormat::kBF16 ? need_bf16 : need_f32) = true;
+  }
+
+  // x in the canonical layout (fp32) and/or rounded to bf16 in natural order; per thread, so
+  // MatMuls nested in other kernels' workers are safe.
   thread_local std::vector<float> xp_buffer;
-  if (static_cast<int64_t>(xp_buffer.size()) < m * kp) xp_buffer.resize(m * kp);
+  thread_local std::vector<uint16_t> xb_buffer;
+  if (need_f32 && static_cast<int64_t>(xp_buffer.size()) < m * kp) xp_buffer.resize(m * kp);
+  if (need_bf16 && static_cast<int64_t>(xb_buffer.size()) < m * kp) xb_buffer.resize(m * kp);
   float* xp = xp_buffer.data();
+  uint16_t* xb = xb_buffer.data();
   ParallelFor(m, std::max<int64_t>(1, 65536 / kp), [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      matmul_internal::PermuteRow(xp + i * kp, x + i * ldx, k, kp);
+      if (need_f32) matmul_internal::PermuteRow(xp + i * kp, x + i * ldx, k, kp);
+      if (need_bf16) {
+        for (int64_t c = 0; c < kp; ++c) xb[i * kp + c] = c < k ? F32ToBf16(x[i * ldx + c]) : 0;
+      }
     }
   });
 
-  // Units of kRowUnit rows over all targets, in order; each part takes a contiguous run of
-  // units, so every weight byte is read by one thread. A part gets at least ~64 KiB of weights or
+  // Units of kRowUnit rows over all targets, in order; each range is a contiguous run of units,
+  // so every weight byte is read by one thread. A part gets at least ~64 KiB of weights or
   // ~4 MFLOP, so small matrices do not pay for a dispatch they cannot use.
-  const Kernels* kernels = KernelsFor(CurrentIsa());
   constexpr int kMaxTargets = 16;
   assert(targets.size() <= kMaxTargets);
   int64_t first_unit[kMaxTargets + 1] = {0};
@@ -242,14 +274,19 @@ void MatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_t l
   const int64_t unit_flops = 2 * m * k * kRowUnit;
   const int64_t grain = std::max<int64_t>(
       1, std::min(65536 / unit_bytes, (int64_t{4} << 20) / std::max<int64_t>(1, unit_flops)));
-  ParallelFor(units, grain, [&](int64_t begin, int64_t end) {
+  // About four ranges per thread, handed out as threads become free: on a shared host a
+  // descheduled thread's rows are picked up by the others.
+  const int64_t threads = ThreadPool::Global().num_threads();
+  const int64_t chunk = std::max(grain, (units + 4 * threads - 1) / (4 * threads));
+  ThreadPool::Global().ParallelForChunks(units, chunk, [&](int64_t begin, int64_t end) {
     for (size_t j = 0; j < targets.size(); ++j) {
       const int64_t lo = std::max(begin, first_unit[j]), hi = std::min(end, first_unit[j + 1]);
       if (lo >= hi) continue;
       const Weight& w = *targets[j].w;
-      const matmul_internal::Problem p{targets[j].y, targets[j].ldy, xp, kp, &w, m};
-      kernels->range(p, (lo - first_unit[j]) * kRowUnit,
-                     std::min((hi - first_unit[j]) * kRowUnit, w.rows));
+      const matmul_internal::Problem p{targets[j].y, targets[j].ldy, xp, kp, &w, m, xb};
+      const bool bf16 = bf16_mode && w.format == WeightFormat::kBF16;
+      (bf16 ? kernels->range_bf16 : kernels->range)(p, (lo - first_unit[j]) * kRowUnit,
+                                                    std::min((hi - first_unit[j]) * kRowUnit, w.rows));
     }
   });
 }

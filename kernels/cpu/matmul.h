@@ -39,6 +39,25 @@ void MatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_t l
 // Row r of w converted to fp32: out [w.cols]. Used for embedding lookups and references.
 void DequantizeRow(float* out, const Weight& w, int64_t r);
 
+// Activation precision (DESIGN.md: fp32 by default; bf16 an opt-in for faster prefill with its
+// own, looser tolerance). While an ActivationScope(kBf16) is alive on a thread, the MatMuls it
+// issues round x to bf16 (nearest even) and, for bf16 weights on a machine with AVX-512 BF16, use
+// the bf16 dot product (vdpbf16ps, fp32 accumulation); other weights and machines keep the fp32
+// path. Results still depend on K alone, never on m or the thread split.
+enum class ActivationDtype { kF32, kBf16 };
+class ActivationScope {
+ public:
+  explicit ActivationScope(ActivationDtype dtype);
+  ~ActivationScope();
+  ActivationScope(const ActivationScope&) = delete;
+  ActivationScope& operator=(const ActivationScope&) = delete;
+
+ private:
+  ActivationDtype saved_;
+};
+// True when this machine runs bf16 activations on the bf16 dot product.
+bool HasBf16DotProduct();
+
 // The instruction set MatMul uses: the best the machine has, or $KIMI_ISA (avx512, avx2, scalar)
 // when that is available. SetMatMulIsa is for tests and benchmarks (not thread-safe against
 // running MatMuls); it returns false, changing nothing, when the machine lacks `isa`.

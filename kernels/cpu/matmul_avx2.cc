@@ -17,6 +17,8 @@
 namespace kimi::cpu::matmul_internal {
 namespace {
 
+#define KIMI_ALWAYS_INLINE inline __attribute__((always_inline))
+
 struct V2 {
   __m256 lo, hi;  // lanes 0..7, 8..15
 };
@@ -26,15 +28,15 @@ inline V2 Zero2() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
 struct Bf16Loader {
   const uint16_t* base;
   int64_t k;
-  static inline void Split(const uint16_t* p, V2& e, V2& o) {
+  KIMI_ALWAYS_INLINE static void Split(const uint16_t* p, V2& e, V2& o) {
     const __m256i mask = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
     const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16));
     e = {_mm256_castsi256_ps(_mm256_slli_epi32(v0, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(v1, 16))};
     o = {_mm256_castsi256_ps(_mm256_and_si256(v0, mask)), _mm256_castsi256_ps(_mm256_and_si256(v1, mask))};
   }
-  inline void Load(int64_t r, int64_t b, V2& e, V2& o) const { Split(base + r * k + b * 32, e, o); }
-  inline void LoadTail(int64_t r, int64_t b, int rem, V2& e, V2& o) const {
+  KIMI_ALWAYS_INLINE void Load(int64_t r, int64_t b, V2& e, V2& o) const { Split(base + r * k + b * 32, e, o); }
+  KIMI_ALWAYS_INLINE void LoadTail(int64_t r, int64_t b, int rem, V2& e, V2& o) const {
     uint16_t buf[32] = {};
     std::memcpy(buf, base + r * k + b * 32, rem * sizeof(uint16_t));
     Split(buf, e, o);
@@ -44,7 +46,7 @@ struct Bf16Loader {
 struct F16Loader {
   const uint16_t* base;
   int64_t k;
-  static inline void Half(const uint16_t* p, __m256& e, __m256& o) {
+  KIMI_ALWAYS_INLINE static void Half(const uint16_t* p, __m256& e, __m256& o) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     const __m256i even = _mm256_and_si256(v, _mm256_set1_epi32(0xffff));
     const __m256i odd = _mm256_srli_epi32(v, 16);
@@ -53,12 +55,12 @@ struct F16Loader {
     e = _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
     o = _mm256_cvtph_ps(_mm256_extracti128_si256(packed, 1));
   }
-  static inline void Split(const uint16_t* p, V2& e, V2& o) {
+  KIMI_ALWAYS_INLINE static void Split(const uint16_t* p, V2& e, V2& o) {
     Half(p, e.lo, o.lo);
     Half(p + 16, e.hi, o.hi);
   }
-  inline void Load(int64_t r, int64_t b, V2& e, V2& o) const { Split(base + r * k + b * 32, e, o); }
-  inline void LoadTail(int64_t r, int64_t b, int rem, V2& e, V2& o) const {
+  KIMI_ALWAYS_INLINE void Load(int64_t r, int64_t b, V2& e, V2& o) const { Split(base + r * k + b * 32, e, o); }
+  KIMI_ALWAYS_INLINE void LoadTail(int64_t r, int64_t b, int rem, V2& e, V2& o) const {
     uint16_t buf[32] = {};
     std::memcpy(buf, base + r * k + b * 32, rem * sizeof(uint16_t));
     Split(buf, e, o);
@@ -68,17 +70,17 @@ struct F16Loader {
 struct F32Loader {
   const float* base;
   int64_t k;
-  static inline void Half(const float* p, __m256& e, __m256& o) {
+  KIMI_ALWAYS_INLINE static void Half(const float* p, __m256& e, __m256& o) {
     const __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8);
     e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xd8));
     o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xdd)), 0xd8));
   }
-  static inline void Split(const float* p, V2& e, V2& o) {
+  KIMI_ALWAYS_INLINE static void Split(const float* p, V2& e, V2& o) {
     Half(p, e.lo, o.lo);
     Half(p + 16, e.hi, o.hi);
   }
-  inline void Load(int64_t r, int64_t b, V2& e, V2& o) const { Split(base + r * k + b * 32, e, o); }
-  inline void LoadTail(int64_t r, int64_t b, int rem, V2& e, V2& o) const {
+  KIMI_ALWAYS_INLINE void Load(int64_t r, int64_t b, V2& e, V2& o) const { Split(base + r * k + b * 32, e, o); }
+  KIMI_ALWAYS_INLINE void LoadTail(int64_t r, int64_t b, int rem, V2& e, V2& o) const {
     float buf[32] = {};
     std::memcpy(buf, base + r * k + b * 32, rem * sizeof(float));
     Split(buf, e, o);
@@ -90,13 +92,13 @@ struct Mxfp4Loader {
   const uint8_t* scales;
   int64_t k;
   // E2M1 magnitude from the low 3 bits (vpermps), sign from bit 3.
-  static inline __m256 Decode(__m256i codes, __m256 table) {
+  KIMI_ALWAYS_INLINE static __m256 Decode(__m256i codes, __m256 table) {
     const __m256 mag = _mm256_permutevar8x32_ps(table, codes);
     const __m256i sign = _mm256_and_si256(_mm256_slli_epi32(codes, 28),
                                           _mm256_set1_epi32(static_cast<int>(0x80000000u)));
     return _mm256_xor_ps(mag, _mm256_castsi256_ps(sign));
   }
-  inline void Load(int64_t r, int64_t b, V2& e, V2& o) const {
+  KIMI_ALWAYS_INLINE void Load(int64_t r, int64_t b, V2& e, V2& o) const {
     const __m256 table = _mm256_mul_ps(_mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f),
                                        _mm256_set1_ps(kE8m0[scales[r * (k / 32) + b]]));
     const uint8_t* p = packed + r * (k / 2) + b * 16;
@@ -105,7 +107,7 @@ struct Mxfp4Loader {
     e = {Decode(c0, table), Decode(c1, table)};
     o = {Decode(_mm256_srli_epi32(c0, 4), table), Decode(_mm256_srli_epi32(c1, 4), table)};
   }
-  inline void LoadTail(int64_t, int64_t, int, V2& e, V2& o) const {  // k % 32 == 0
+  KIMI_ALWAYS_INLINE void LoadTail(int64_t, int64_t, int, V2& e, V2& o) const {  // k % 32 == 0
     e = Zero2();
     o = Zero2();
   }
@@ -114,10 +116,10 @@ struct Mxfp4Loader {
 struct Bf16PackedLoader {
   const uint16_t* base;
   int64_t k;
-  inline void Load(int64_t r, int64_t b, V2& e, V2& o) const {
+  KIMI_ALWAYS_INLINE void Load(int64_t r, int64_t b, V2& e, V2& o) const {
     Bf16Loader::Split(base + (r / kPackRows) * kPackRows * k + b * 32 * kPackRows + (r % kPackRows) * 32, e, o);
   }
-  inline void LoadTail(int64_t, int64_t, int, V2& e, V2& o) const {
+  KIMI_ALWAYS_INLINE void LoadTail(int64_t, int64_t, int, V2& e, V2& o) const {
     e = Zero2();
     o = Zero2();
   }
@@ -127,7 +129,7 @@ struct Mxfp4PackedLoader {
   const uint8_t* packed;
   const uint8_t* scales;
   int64_t k;
-  inline void Load(int64_t r, int64_t b, V2& e, V2& o) const {
+  KIMI_ALWAYS_INLINE void Load(int64_t r, int64_t b, V2& e, V2& o) const {
     const int64_t g = r / kPackRows, j = r % kPackRows;
     const uint8_t s = scales[g * kPackRows * (k / 32) + b * kPackRows + j];
     const __m256 table = _mm256_mul_ps(_mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f),
@@ -139,13 +141,13 @@ struct Mxfp4PackedLoader {
     o = {Mxfp4Loader::Decode(_mm256_srli_epi32(c0, 4), table),
          Mxfp4Loader::Decode(_mm256_srli_epi32(c1, 4), table)};
   }
-  inline void LoadTail(int64_t, int64_t, int, V2& e, V2& o) const {
+  KIMI_ALWAYS_INLINE void LoadTail(int64_t, int64_t, int, V2& e, V2& o) const {
     e = Zero2();
     o = Zero2();
   }
 };
 
-inline float Reduce(V2 a) {
+KIMI_ALWAYS_INLINE float Reduce(V2 a) {
   const __m256 s8 = _mm256_add_ps(a.lo, a.hi);
   const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
   const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));

@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cpu/matmul_impl.h"
 
@@ -16,19 +17,21 @@
 namespace kimi::cpu::matmul_internal {
 namespace {
 
+#define KIMI_ALWAYS_INLINE inline __attribute__((always_inline))
+
 // Loaders: block b of row r as two fp32 vectors, the even and the odd elements of the block.
 // LoadTail reads only the first `rem` (< 32) elements and zero-fills the rest.
 struct Bf16Loader {
   const uint16_t* base;
   int64_t k;
-  inline void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
+  KIMI_ALWAYS_INLINE void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
     const __m512i v = _mm512_loadu_si512(base + r * k + b * 32);
     e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
     o = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
   }
-  inline void Prefetch(int64_t r, int64_t b) const { _mm_prefetch(reinterpret_cast<const char*>(base + r * k + b * 32), _MM_HINT_T0); }
+  KIMI_ALWAYS_INLINE void Prefetch(int64_t r, int64_t b) const { _mm_prefetch(reinterpret_cast<const char*>(base + r * k + b * 32), _MM_HINT_T0); }
   int64_t RowBytes() const { return k * 2; }
-  inline void LoadTail(int64_t r, int64_t b, int rem, __m512& e, __m512& o) const {
+  KIMI_ALWAYS_INLINE void LoadTail(int64_t r, int64_t b, int rem, __m512& e, __m512& o) const {
     const __m512i v = _mm512_maskz_loadu_epi16(_bzhi_u32(~0u, rem), base + r * k + b * 32);
     e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
     o = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
@@ -38,16 +41,16 @@ struct Bf16Loader {
 struct F16Loader {
   const uint16_t* base;
   int64_t k;
-  static inline void Split(__m512i v, __m512& e, __m512& o) {
+  KIMI_ALWAYS_INLINE static void Split(__m512i v, __m512& e, __m512& o) {
     e = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
     o = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
   }
-  inline void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
+  KIMI_ALWAYS_INLINE void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
     Split(_mm512_loadu_si512(base + r * k + b * 32), e, o);
   }
-  inline void Prefetch(int64_t r, int64_t b) const { _mm_prefetch(reinterpret_cast<const char*>(base + r * k + b * 32), _MM_HINT_T0); }
+  KIMI_ALWAYS_INLINE void Prefetch(int64_t r, int64_t b) const { _mm_prefetch(reinterpret_cast<const char*>(base + r * k + b * 32), _MM_HINT_T0); }
   int64_t RowBytes() const { return k * 2; }
-  inline void LoadTail(int64_t r, int64_t b, int rem, __m512& e, __m512& o) const {
+  KIMI_ALWAYS_INLINE void LoadTail(int64_t r, int64_t b, int rem, __m512& e, __m512& o) const {
     Split(_mm512_maskz_loadu_epi16(_bzhi_u32(~0u, rem), base + r * k + b * 32), e, o);
   }
 };
@@ -55,22 +58,22 @@ struct F16Loader {
 struct F32Loader {
   const float* base;
   int64_t k;
-  static inline void Split(__m512 lo, __m512 hi, __m512& e, __m512& o) {
+  KIMI_ALWAYS_INLINE static void Split(__m512 lo, __m512 hi, __m512& e, __m512& o) {
     const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     e = _mm512_permutex2var_ps(lo, ie, hi);
     o = _mm512_permutex2var_ps(lo, io, hi);
   }
-  inline void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
+  KIMI_ALWAYS_INLINE void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
     const float* p = base + r * k + b * 32;
     Split(_mm512_loadu_ps(p), _mm512_loadu_ps(p + 16), e, o);
   }
-  inline void Prefetch(int64_t r, int64_t b) const {
+  KIMI_ALWAYS_INLINE void Prefetch(int64_t r, int64_t b) const {
     _mm_prefetch(reinterpret_cast<const char*>(base + r * k + b * 32), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(base + r * k + b * 32 + 16), _MM_HINT_T0);
   }
   int64_t RowBytes() const { return k * 4; }
-  inline void LoadTail(int64_t r, int64_t b, int rem, __m512& e, __m512& o) const {
+  KIMI_ALWAYS_INLINE void LoadTail(int64_t r, int64_t b, int rem, __m512& e, __m512& o) const {
     const float* p = base + r * k + b * 32;
     const __mmask16 m0 = static_cast<__mmask16>(_bzhi_u32(0xffffu, rem));
     const __mmask16 m1 = static_cast<__mmask16>(_bzhi_u32(0xffffu, rem > 16 ? rem - 16 : 0));
@@ -82,7 +85,7 @@ struct Mxfp4Loader {
   const uint8_t* packed;  // [rows, k/2]
   const uint8_t* scales;  // [rows, k/32]
   int64_t k;
-  inline void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
+  KIMI_ALWAYS_INLINE void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
     const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
                                         -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
     const __m512 scaled = _mm512_mul_ps(table, _mm512_set1_ps(kE8m0[scales[r * (k / 32) + b]]));
@@ -92,12 +95,12 @@ struct Mxfp4Loader {
     e = _mm512_permutexvar_ps(codes, scaled);
     o = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), scaled);
   }
-  inline void Prefetch(int64_t r, int64_t b) const {
+  KIMI_ALWAYS_INLINE void Prefetch(int64_t r, int64_t b) const {
     _mm_prefetch(reinterpret_cast<const char*>(packed + r * (k / 2) + b * 16), _MM_HINT_T0);
     if (b % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(scales + r * (k / 32) + b), _MM_HINT_T0);
   }
   int64_t RowBytes() const { return k / 2 + k / 32; }
-  inline void LoadTail(int64_t, int64_t, int, __m512& e, __m512& o) const {  // k % 32 == 0
+  KIMI_ALWAYS_INLINE void LoadTail(int64_t, int64_t, int, __m512& e, __m512& o) const {  // k % 32 == 0
     e = _mm512_setzero_ps();
     o = _mm512_setzero_ps();
   }
@@ -107,17 +110,19 @@ struct Mxfp4Loader {
 struct Bf16PackedLoader {
   const uint16_t* base;
   int64_t k;
-  inline const uint16_t* At(int64_t r, int64_t b) const {
+  KIMI_ALWAYS_INLINE const uint16_t* At(int64_t r, int64_t b) const {
     return base + (r / kPackRows) * kPackRows * k + b * 32 * kPackRows + (r % kPackRows) * 32;
   }
-  inline void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
+  KIMI_ALWAYS_INLINE void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
     const __m512i v = _mm512_loadu_si512(At(r, b));
     e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
     o = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
   }
-  inline void Prefetch(int64_t, int64_t) const {}
+  KIMI_ALWAYS_INLINE void Prefetch(int64_t r, int64_t b) const {
+    _mm_prefetch(reinterpret_cast<const char*>(At(r, b)), _MM_HINT_T0);
+  }
   int64_t RowBytes() const { return k * 2; }
-  inline void LoadTail(int64_t, int64_t, int, __m512& e, __m512& o) const {  // k % 32 == 0
+  KIMI_ALWAYS_INLINE void LoadTail(int64_t, int64_t, int, __m512& e, __m512& o) const {  // k % 32 == 0
     e = _mm512_setzero_ps();
     o = _mm512_setzero_ps();
   }
@@ -127,7 +132,7 @@ struct Mxfp4PackedLoader {
   const uint8_t* packed;
   const uint8_t* scales;
   int64_t k;
-  inline void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
+  KIMI_ALWAYS_INLINE void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
     const int64_t g = r / kPackRows, j = r % kPackRows;
     const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
                                         -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
@@ -138,16 +143,24 @@ struct Mxfp4PackedLoader {
     e = _mm512_permutexvar_ps(codes, scaled);
     o = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), scaled);
   }
-  inline void Prefetch(int64_t, int64_t) const {}
+  KIMI_ALWAYS_INLINE void Prefetch(int64_t r, int64_t b) const {
+    const int64_t g = r / kPackRows, j = r % kPackRows;
+    _mm_prefetch(reinterpret_cast<const char*>(packed + g * kPackRows * (k / 2) + b * 16 * kPackRows + j * 16),
+                 _MM_HINT_T0);
+    if (b % 8 == 0 && j == 0) {
+      _mm_prefetch(reinterpret_cast<const char*>(scales + g * kPackRows * (k / 32) + b * kPackRows),
+                   _MM_HINT_T0);
+    }
+  }
   int64_t RowBytes() const { return k / 2 + k / 32; }
-  inline void LoadTail(int64_t, int64_t, int, __m512& e, __m512& o) const {
+  KIMI_ALWAYS_INLINE void LoadTail(int64_t, int64_t, int, __m512& e, __m512& o) const {
     e = _mm512_setzero_ps();
     o = _mm512_setzero_ps();
   }
 };
 
 // The canonical pairwise lane sum: lanes j += j + 8, then + 4, + 2, + 1.
-inline float Reduce(__m512 a) {
+KIMI_ALWAYS_INLINE float Reduce(__m512 a) {
   const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
   const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
   const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
@@ -168,34 +181,38 @@ inline void Tile(const L& l, const float* xp, int64_t kp, float* y, int64_t ldy,
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
   }
-  const auto step = [&](const __m512* we, const __m512* wo, int64_t b) {
+  // x first (2 MR registers), then one W row at a time, used by every x row at once: MR * NR
+  // accumulators + 2 MR + 2 registers.
+  const auto step = [&](int64_t b, bool tail) {
+    __m512 xe[MR], xo[MR];
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
-      const __m512 xe = _mm512_loadu_ps(xp + i * kp + b * 32);
-      const __m512 xo = _mm512_loadu_ps(xp + i * kp + b * 32 + 16);
+      xe[i] = _mm512_loadu_ps(xp + i * kp + b * 32);
+      xo[i] = _mm512_loadu_ps(xp + i * kp + b * 32 + 16);
+    }
 #pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j) {
-        acc[i][j] = _mm512_fmadd_ps(xe, we[j], acc[i][j]);
-        acc[i][j] = _mm512_fmadd_ps(xo, wo[j], acc[i][j]);
+    for (int j = 0; j < NR; ++j) {
+      __m512 we, wo;
+      if (tail) {
+        l.LoadTail(n + j, b, rem, we, wo);
+      } else {
+        l.Load(n + j, b, we, wo);
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        acc[i][j] = _mm512_fmadd_ps(xe[i], we, acc[i][j]);
+        acc[i][j] = _mm512_fmadd_ps(xo[i], wo, acc[i][j]);
       }
     }
   };
   for (int64_t b = 0; b < full; ++b) {
-    __m512 we[NR], wo[NR];
     if (ahead > 0) {
 #pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) l.Prefetch(n + ahead + j, b);
     }
-#pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) l.Load(n + j, b, we[j], wo[j]);
-    step(we, wo, b);
+    step(b, false);
   }
-  if (rem) {
-    __m512 we[NR], wo[NR];
-#pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) l.LoadTail(n + j, full, rem, we[j], wo[j]);
-    step(we, wo, full);
-  }
+  if (rem) step(full, true);
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 8
@@ -221,24 +238,33 @@ void RangeWith(const L& l, const Problem& p, int64_t n0, int64_t n1) {
   // Prefetch distance in rows: at least 8 KiB of weights ahead.
   const int64_t row_bytes = l.RowBytes();
   const int64_t ahead_rows = (8192 + row_bytes - 1) / row_bytes;
-  if (p.m == 1) {
-    // Decode: 8 rows of W in flight, x stays in registers' reach.
-    const int64_t ahead = ahead_rows < 8 ? 8 : ahead_rows;
-    int64_t n = n0;
-    for (; n + 8 <= n1; n += 8) Tile<1, 8>(l, p.xp, p.kp, p.y, p.ldy, n, full, rem, ahead);
-    for (; n < n1; ++n) Tile<1, 1>(l, p.xp, p.kp, p.y, p.ldy, n, full, rem);
+  if (p.m <= 3) {
+    // Decode, or a few tokens: 8 rows of W in flight (a whole packed group, read linearly), every
+    // x row against each. A packed weight is one linear stream the hardware prefetcher follows by
+    // itself; row-major rows get software prefetches.
+    const int64_t ahead = p.w->packed ? 0 : ahead_rows < 8 ? 8 : ahead_rows;
+    const auto run = [&](auto mr) {
+      constexpr int MR = decltype(mr)::value;
+      int64_t n = n0;
+      for (; n + 8 <= n1; n += 8) Tile<MR, 8>(l, p.xp, p.kp, p.y, p.ldy, n, full, rem, ahead);
+      for (; n < n1; ++n) Tile<MR, 1>(l, p.xp, p.kp, p.y, p.ldy, n, full, rem);
+    };
+    if (p.m == 1) run(std::integral_constant<int, 1>{});
+    if (p.m == 2) run(std::integral_constant<int, 2>{});
+    if (p.m == 3) run(std::integral_constant<int, 3>{});
     return;
   }
   // Blocks of x rows that stay in L2 (~256 KiB) while W tiles stream past them; W is read from
-  // memory once per block (once in total for m up to a few dozen rows).
+  // memory once per block (once in total for m up to a few dozen rows). (Converting W chunks once
+  // into an fp32 panel measured slower: the panel's stores miss L1.)
   int64_t mb = (int64_t{256} << 10) / (p.kp * 4);
   mb = mb < 4 ? 4 : mb & ~int64_t{3};
+  const int64_t ahead = ahead_rows < 16 ? 16 : ahead_rows;
   for (int64_t i0 = 0; i0 < p.m; i0 += mb) {
     const int64_t i1 = i0 + mb < p.m ? i0 + mb : p.m;
     for (int64_t c0 = n0; c0 < n1; c0 += 16) {  // 16 W rows (a few KiB..64 KiB) stay in L1/L2
       const int64_t c1 = c0 + 16 < n1 ? c0 + 16 : n1;
       // The first strip of x rows pulls the W chunk from memory: it prefetches ahead.
-      const int64_t ahead = ahead_rows < 16 ? 16 : ahead_rows;
       int64_t i = i0;
       for (; i + 4 <= i1; i += 4) RowStrip<4>(l, p, i, c0, c1, full, rem, i == i0 ? ahead : 0);
       const int64_t first = i == i0 ? ahead : 0;
@@ -286,12 +312,103 @@ void Range(const Problem& p, int64_t n0, int64_t n1) {
   }
 }
 
+// --- bf16 activations (opt-in): vdpbf16ps on bf16 weights, nothing converted in the loop -----
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx2,fma,f16c,bmi,bmi2")
+
+struct Bf16Raw {
+  const uint16_t* base;
+  int64_t k;
+  bool packed;
+  KIMI_ALWAYS_INLINE const uint16_t* At(int64_t r, int64_t b) const {
+    return packed ? base + (r / kPackRows) * kPackRows * k + b * 32 * kPackRows + (r % kPackRows) * 32
+                  : base + r * k + b * 32;
+  }
+  KIMI_ALWAYS_INLINE __m512i Load(int64_t r, int64_t b) const { return _mm512_loadu_si512(At(r, b)); }
+  KIMI_ALWAYS_INLINE __m512i LoadTail(int64_t r, int64_t b, int rem) const {  // unpacked only
+    return _mm512_maskz_loadu_epi16(_bzhi_u32(~0u, rem), At(r, b));
+  }
+};
+
+template <int MR, int NR>
+inline void TileBf16(const Bf16Raw& l, const uint16_t* xb, int64_t kp, float* y, int64_t ldy,
+                     int64_t n, int64_t full, int rem) {
+  __m512 acc[MR][NR];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
+  const auto step = [&](int64_t b, bool tail) {
+    __m512i x[MR];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) x[i] = _mm512_loadu_si512(xb + i * kp + b * 32);
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) {
+      const __m512i w = tail ? l.LoadTail(n + j, b, rem) : l.Load(n + j, b);
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        acc[i][j] = _mm512_dpbf16_ps(acc[i][j], reinterpret_cast<__m512bh>(x[i]),
+                                     reinterpret_cast<__m512bh>(w));
+      }
+    }
+  };
+  for (int64_t b = 0; b < full; ++b) step(b, false);
+  if (rem) step(full, true);
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) y[i * ldy + n + j] = Reduce(acc[i][j]);
+  }
+}
+
+template <int MR>
+inline void StripBf16(const Bf16Raw& l, const Problem& p, int64_t i0, int64_t n0, int64_t n1,
+                      int64_t full, int rem) {
+  const uint16_t* xb = p.xb + i0 * p.kp;
+  float* y = p.y + i0 * p.ldy;
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4) TileBf16<MR, 4>(l, xb, p.kp, y, p.ldy, n, full, rem);
+  for (; n < n1; ++n) TileBf16<MR, 1>(l, xb, p.kp, y, p.ldy, n, full, rem);
+}
+
+void RangeBf16(const Problem& p, int64_t n0, int64_t n1) {
+  const Weight& w = *p.w;
+  const Bf16Raw l{static_cast<const uint16_t*>(w.data), w.cols, w.packed};
+  const int64_t full = w.cols / 32;
+  const int rem = static_cast<int>(w.cols % 32);
+  // As the fp32 path: blocks of x rows held in L2, W in chunks of 16 rows read once per block.
+  int64_t mb = (int64_t{128} << 10) / (p.kp * 2);
+  mb = mb < 4 ? 4 : mb & ~int64_t{3};
+  for (int64_t i0 = 0; i0 < p.m; i0 += mb) {
+    const int64_t i1 = i0 + mb < p.m ? i0 + mb : p.m;
+    for (int64_t c0 = n0; c0 < n1; c0 += 16) {
+      const int64_t c1 = c0 + 16 < n1 ? c0 + 16 : n1;
+      int64_t i = i0;
+      for (; i + 4 <= i1; i += 4) StripBf16<4>(l, p, i, c0, c1, full, rem);
+      switch (i1 - i) {
+        case 3:
+          StripBf16<3>(l, p, i, c0, c1, full, rem);
+          break;
+        case 2:
+          StripBf16<2>(l, p, i, c0, c1, full, rem);
+          break;
+        case 1:
+          StripBf16<1>(l, p, i, c0, c1, full, rem);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 #pragma GCC pop_options
 
 const Kernels* Avx512Kernels() {
-  static const Kernels k{"avx512", &Range};
+  static const bool bf16 = __builtin_cpu_supports("avx512bf16");
+  static const Kernels k{"avx512", &Range, bf16 ? &RangeBf16 : nullptr};
   static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
                          __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");

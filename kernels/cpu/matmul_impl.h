@@ -22,10 +22,11 @@ namespace kimi::cpu::matmul_internal {
 struct Problem {
   float* y;
   int64_t ldy;
-  const float* xp;  // [m, kp], permuted and padded (see above)
+  const float* xp;  // [m, kp], permuted and padded (see above); fp32 activations
   int64_t kp;
   const Weight* w;
   int64_t m;
+  const uint16_t* xb = nullptr;  // [m, kp] bf16 activations in natural order, zero-padded
 };
 
 // Computes y[i, n] for all i < m and n in [n0, n1).
@@ -34,6 +35,10 @@ using RangeFn = void (*)(const Problem& p, int64_t n0, int64_t n1);
 struct Kernels {
   const char* name;
   RangeFn range;
+  // bf16 activations x bf16 weights (p.xb), nullptr when the machine has no bf16 dot product. Its
+  // order: block after block, lane j takes the bf16 pair (2j, 2j + 1) with one vdpbf16ps; then
+  // the same pairwise lane sum. Also a function of K alone.
+  RangeFn range_bf16 = nullptr;
 };
 
 // nullptr when the instruction set is missing (build or machine).

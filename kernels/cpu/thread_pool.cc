@@ -11,6 +11,7 @@ namespace kimi::cpu {
 namespace {
 
 thread_local bool tls_in_worker = false;
+thread_local uint32_t tls_context = 0;
 
 int DefaultThreads() {
   if (const char* env = std::getenv("KIMI_NUM_THREADS")) {
@@ -39,20 +40,63 @@ inline void CpuRelax() {
 
 }  // namespace
 
-// The job slot is written by the caller before it bumps `generation` (release) and read by the
-// workers after they see the bump (acquire). Every worker acknowledges every generation through
-// `pending`, participating or not, so the caller never rewrites the slot while one still reads it.
+// One job at a time. The caller publishes it under a sequence lock (`seq` odd while the fields are
+// written), bumps `generation` to wake the workers, and then -- like every worker that shows up --
+// takes parts from `next` until none are left; it returns once `done` counts every part. Parts are
+// fixed index ranges, so results never depend on which thread ran which part; taking them
+// dynamically means a worker the machine has descheduled (a busy, shared host) delays nobody: the
+// caller runs its parts instead.
+//
+// Safety of the job fields: a worker announces itself in `active` before reading them and checks
+// `seq` before and after; the caller marks `seq` odd and waits for `active` to drain before it
+// rewrites them. So a worker either reads a complete job (and, if that job is already finished,
+// finds no part left) or backs off.
 struct ThreadPool::Shared {
   alignas(64) std::atomic<uint32_t> generation{0};
-  alignas(64) std::atomic<int> pending{0};
+  alignas(64) std::atomic<uint64_t> seq{0};
+  alignas(64) std::atomic<int> active{0};
   alignas(64) std::atomic<int> sleepers{0};
+  alignas(64) std::atomic<int64_t> next{0};
+  alignas(64) std::atomic<int64_t> done{0};
   alignas(64) const std::function<void(int64_t, int64_t)>* fn = nullptr;
   int64_t n = 0;
-  int parts = 0;
+  int64_t parts = 0;
+  int64_t chunk = 0;     // items per part when > 0; else n split evenly into `parts`
+  uint32_t context = 0;  // the caller's Context(), handed to the workers
+  int participants = 0;  // threads (caller included) that may take parts
   bool stop = false;
   std::chrono::microseconds spin{0};
   std::vector<std::thread> threads;
 };
+
+namespace {
+
+// Range of part i.
+inline void PartRange(int64_t n, int64_t parts, int64_t chunk, int64_t i, int64_t* begin,
+                      int64_t* end) {
+  if (chunk > 0) {
+    *begin = i * chunk;
+    *end = std::min(n, *begin + chunk);
+  } else {
+    *begin = n * i / parts;
+    *end = n * (i + 1) / parts;
+  }
+}
+
+// Takes and runs parts of the current job until none are left.
+void RunParts(std::atomic<int64_t>& next, std::atomic<int64_t>& done,
+              const std::function<void(int64_t, int64_t)>& fn, int64_t n, int64_t parts,
+              int64_t chunk) {
+  for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < parts;
+       i = next.fetch_add(1, std::memory_order_relaxed)) {
+    int64_t begin, end;
+    PartRange(n, parts, chunk, i, &begin, &end);
+    if (begin < end) fn(begin, end);
+    done.fetch_add(1, std::memory_order_release);
+  }
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int num_threads)
     : num_threads_(num_threads > 0 ? num_threads : DefaultThreads()),
@@ -77,21 +121,18 @@ ThreadPool& ThreadPool::Global() {
   return *pool;
 }
 
+uint32_t ThreadPool::Context() { return tls_context; }
+void ThreadPool::SetContext(uint32_t context) { tls_context = context; }
+
 void ThreadPool::SetActiveThreads(int n) {
   active_ = n <= 0 ? num_threads_ : std::min(n, num_threads_);
-}
-
-static void RunPart(const std::function<void(int64_t, int64_t)>& fn, int64_t n, int parts, int i) {
-  if (i >= parts) return;
-  const int64_t begin = n * i / parts;
-  const int64_t end = n * (i + 1) / parts;
-  if (begin < end) fn(begin, end);
 }
 
 void ThreadPool::WorkerLoop(int index) {
   tls_in_worker = true;
   Shared& s = *shared_;
   uint32_t seen = 0;
+  uint64_t finished_seq = 0;  // the last job this worker took part in
   for (;;) {
     // Spin while jobs come back to back, yield the core after a few microseconds (so a caller
     // sharing it with us can run), and sleep once the pool has been idle for the spin budget.
@@ -113,8 +154,55 @@ void ThreadPool::WorkerLoop(int index) {
     }
     seen = g;
     if (s.stop) return;
-    RunPart(*s.fn, s.n, s.parts, index);
-    s.pending.fetch_sub(1, std::memory_order_release);
+    // Join the current job, if it is complete and new to us (see Shared).
+    s.active.fetch_add(1, std::memory_order_seq_cst);
+    const uint64_t s1 = s.seq.load(std::memory_order_seq_cst);
+    if (s1 % 2 == 0 && s1 != finished_seq) {
+      const std::function<void(int64_t, int64_t)>* fn = s.fn;
+      const int64_t n = s.n, parts = s.parts, chunk = s.chunk;
+      const uint32_t context = s.context;
+      const int participants = s.participants;
+      if (s.seq.load(std::memory_order_seq_cst) == s1 && index < participants) {
+        tls_context = context;
+        RunParts(s.next, s.done, *fn, n, parts, chunk);
+        finished_seq = s1;
+      }
+    }
+    s.active.fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+void ThreadPool::Run(int64_t n, int64_t parts, int64_t chunk,
+                     const std::function<void(int64_t, int64_t)>& fn) {
+  Shared& s = *shared_;
+  // Close the previous job to late workers, wait until none is inside it, then publish.
+  s.seq.fetch_add(1, std::memory_order_seq_cst);  // odd: writing
+  for (int i = 1; s.active.load(std::memory_order_seq_cst) != 0; ++i) {
+    CpuRelax();
+    if (i % 64 == 0) std::this_thread::yield();
+  }
+  s.fn = &fn;
+  s.n = n;
+  s.parts = parts;
+  s.chunk = chunk;
+  s.context = tls_context;
+  s.participants = static_cast<int>(std::min<int64_t>(active_, parts));
+  s.next.store(0, std::memory_order_relaxed);
+  s.done.store(0, std::memory_order_relaxed);
+  s.seq.fetch_add(1, std::memory_order_seq_cst);  // even: published
+  s.generation.fetch_add(1, std::memory_order_seq_cst);
+  if (s.sleepers.load(std::memory_order_seq_cst) > 0) s.generation.notify_all();
+  tls_in_worker = true;
+  RunParts(s.next, s.done, fn, n, parts, chunk);
+  tls_in_worker = false;
+  // Wait for parts other threads took: spin briefly, then yield so a worker descheduled onto
+  // this core gets to finish its part instead of watching us spin.
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 1; s.done.load(std::memory_order_acquire) != parts; ++i) {
+    CpuRelax();
+    if (i % 64 == 0 && std::chrono::steady_clock::now() - start > kPureSpin) {
+      std::this_thread::yield();
+    }
   }
 }
 
@@ -122,30 +210,24 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
                              const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
-  const int parts = static_cast<int>(std::min<int64_t>(active_, (n + grain - 1) / grain));
+  const int64_t parts = std::min<int64_t>(active_, (n + grain - 1) / grain);
   if (parts <= 1 || tls_in_worker) {
     fn(0, n);
     return;
   }
-  Shared& s = *shared_;
-  s.fn = &fn;
-  s.n = n;
-  s.parts = parts;
-  s.pending.store(num_threads_ - 1, std::memory_order_relaxed);
-  s.generation.fetch_add(1, std::memory_order_seq_cst);
-  if (s.sleepers.load(std::memory_order_seq_cst) > 0) s.generation.notify_all();
-  tls_in_worker = true;
-  RunPart(fn, n, parts, 0);
-  tls_in_worker = false;
-  // Wait for the workers: spin briefly, then yield so a worker descheduled onto this core (a busy
-  // machine) gets to finish its part instead of watching us spin.
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 1; s.pending.load(std::memory_order_acquire) != 0; ++i) {
-    CpuRelax();
-    if (i % 64 == 0 && std::chrono::steady_clock::now() - start > kPureSpin) {
-      std::this_thread::yield();
-    }
+  Run(n, parts, /*chunk=*/0, fn);
+}
+
+void ThreadPool::ParallelForChunks(int64_t n, int64_t chunk,
+                                   const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  chunk = std::max<int64_t>(chunk, 1);
+  const int64_t parts = (n + chunk - 1) / chunk;
+  if (parts <= 1 || active_ <= 1 || tls_in_worker) {
+    fn(0, n);
+    return;
   }
+  Run(n, parts, chunk, fn);
 }
 
 }  // namespace kimi::cpu

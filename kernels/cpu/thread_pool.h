@@ -2,12 +2,15 @@
 //
 // Thread contract: ParallelFor may be called from one thread at a time per pool (the engine thread).
 // A call made from inside a worker runs inline, so kernels can nest without deadlock. Work is split
-// into contiguous ranges by index only, never by timing, so results do not depend on scheduling.
+// into contiguous ranges by index only, never by timing, so results do not depend on scheduling;
+// which thread runs a range is decided at run time (the caller runs the ranges of a worker the
+// machine has not scheduled yet, so a busy host slows a job down rather than stalling it).
 //
 // Dispatch is lock-free: the caller publishes the job and bumps a generation counter; workers spin
-// on it for a short while (KIMI_SPIN_US, default 300 us) and then sleep on a futex, so a decode step's
-// hundreds of short jobs cost well under a microsecond each to hand out, and an idle pool costs no
-// CPU. The pool defaults to one thread per core, the caller included: it never oversubscribes.
+// on it for a short while (KIMI_SPIN_US, default 300 us; yielding the core after 20 us) and then
+// sleep on a futex, so a decode step's hundreds of short jobs cost about a microsecond each to hand
+// out, and an idle pool costs no CPU. The pool defaults to one thread per core, the caller
+// included: it never oversubscribes.
 #pragma once
 
 #include <cstdint>
@@ -33,12 +36,24 @@ class ThreadPool {
   // `grain` items, and returns when all are done.
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
+  // Calls fn(begin, end) over the ranges [i * chunk, (i + 1) * chunk) of [0, n), handed out to the
+  // threads as they become free (load balancing when parts or threads run at uneven speeds).
+  void ParallelForChunks(int64_t n, int64_t chunk,
+                         const std::function<void(int64_t, int64_t)>& fn);
+
   // The process-wide pool the kernels use.
   static ThreadPool& Global();
+
+  // A word of per-thread kernel settings (e.g. the activation precision, kernels/cpu/matmul.h)
+  // that every ParallelFor hands from the calling thread to the workers running its parts, so
+  // nested kernels see the caller's settings whichever thread runs them.
+  static uint32_t Context();
+  static void SetContext(uint32_t context);
 
  private:
   struct Shared;
   void WorkerLoop(int index);
+  void Run(int64_t n, int64_t parts, int64_t chunk, const std::function<void(int64_t, int64_t)>& fn);
 
   int num_threads_;
   int active_;

@@ -4,6 +4,7 @@
 #include "engine/engine.h"
 
 #include <cmath>
+#include <algorithm>
 #include <random>
 
 #include "gtest/gtest.h"
@@ -35,8 +36,9 @@ std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint32_t seed) {
 // lockstep while they have tokens left); returns every position's logits per sequence.
 class Runner {
  public:
-  explicit Runner(const Model& m, int64_t seqs, int64_t max_tokens)
-      : m_(m), kda_(m.config(), seqs), kv_(m.config(), seqs * ((max_tokens + 15) / 16), 16) {
+  explicit Runner(const Model& m, int64_t seqs, int64_t max_tokens, EngineOptions options = {})
+      : m_(m), options_(options), kda_(m.config(), seqs),
+        kv_(m.config(), seqs * ((max_tokens + 15) / 16), 16) {
     const int64_t per = (max_tokens + 15) / 16;
     pages_.resize(seqs);
     for (int64_t s = 0; s < seqs; ++s) {
@@ -51,7 +53,7 @@ class Runner {
     std::vector<size_t> next(tokens.size(), 0);
     std::vector<int64_t> pos(tokens.size(), 0);
     for (size_t s = 0; s < tokens.size(); ++s) kda_.Clear(static_cast<int64_t>(s));
-    Engine engine(m_);
+    Engine engine(m_, {}, options_);
     EngineState state{&kda_, &kv_};
     for (;;) {
       std::vector<SequenceStep> batch;
@@ -87,6 +89,7 @@ class Runner {
 
  private:
   const Model& m_;
+  EngineOptions options_;
   KdaStatePool kda_;
   MlaKvCache kv_;
   std::vector<std::vector<int32_t>> pages_;
@@ -149,6 +152,36 @@ TEST_P(EngineTest, BatchEqualsAloneBitwise) {
   for (int i = 0; i < 4; ++i) {
     Runner alone(m, 1, 80);
     EXPECT_EQ(alone.Run({tokens[i]}, {splits[i]})[0], batch[i]) << "sequence " << i;
+  }
+}
+
+// bf16 activations (the opt-in): still bitwise batch-invariant, and close to the fp32 logits.
+// Random tiny models are chaotic under bf16 (an expert choice can flip), so closeness is checked
+// on the median position, the batch invariance exactly.
+TEST_P(EngineTest, Bf16ActivationsAreBatchInvariantAndClose) {
+  if (!cpu::HasBf16DotProduct()) GTEST_SKIP() << "no bf16 dot product on this machine";
+  const Model& m = LoadPreset(GetParam());
+  const EngineOptions bf16{cpu::ActivationDtype::kBf16};
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::vector<int64_t>> splits;
+  const int64_t lengths[] = {5, 70, 1, 33};
+  for (int i = 0; i < 4; ++i) {
+    tokens.push_back(RandomTokens(lengths[i], m.config().vocab, 20 + i));
+    if (lengths[i] > 3) splits.push_back({lengths[i] - 3, 1, 1, 1});
+    else splits.push_back(std::vector<int64_t>(lengths[i], 1));
+  }
+  Runner together(m, 4, 80, bf16);
+  const auto batch = together.Run(tokens, splits);
+  for (int i = 0; i < 4; ++i) {
+    Runner alone(m, 1, 80, bf16);
+    EXPECT_EQ(alone.Run({tokens[i]}, {splits[i]})[0], batch[i]) << "sequence " << i;
+    Runner f32(m, 1, 80);
+    const auto ref = f32.Run({tokens[i]}, {splits[i]})[0];
+    std::vector<double> diffs;
+    for (size_t j = 0; j < ref.size(); ++j) diffs.push_back(std::fabs(ref[j] - batch[i][j]));
+    std::nth_element(diffs.begin(), diffs.begin() + diffs.size() / 2, diffs.end());
+    EXPECT_LT(diffs[diffs.size() / 2], 0.05) << "sequence " << i;
+    EXPECT_NE(ref, batch[i]);  // the opt-in did change the arithmetic
   }
 }
 

@@ -11,7 +11,7 @@ namespace {
 
 std::string Fixture(const std::string& name) {
   const char* src = std::getenv("KIMI_SOURCE_DIR");
-  std::ifstream in(std::string(src ? src : ".") + "/../shared/fixtures/" + name + "/config.json");
+  std::ifstream in(std::string(src ? src : ".") + "/tests/fixtures/" + name + "/config.json");
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -19,7 +19,7 @@ std::string Fixture(const std::string& name) {
 
 TEST(ModelConfig, ReleasedKimiLinearLoadsUnchanged) {
   const std::string text = Fixture("kimi-linear-48b-a3b");
-  ASSERT_FALSE(text.empty()) << "fixture missing (../shared/fixtures)";
+  ASSERT_FALSE(text.empty()) << "fixture missing (tests/fixtures)";
   auto c = ParseModelConfig(text);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->family, ModelFamily::kKimiLinear);

@@ -11,7 +11,7 @@ namespace {
 
 ModelConfig Released(const std::string& name) {
   const char* src = std::getenv("KIMI_SOURCE_DIR");
-  std::ifstream in(std::string(src ? src : ".") + "/../shared/fixtures/" + name + "/config.json");
+  std::ifstream in(std::string(src ? src : ".") + "/tests/fixtures/" + name + "/config.json");
   std::stringstream ss;
   ss << in.rdbuf();
   auto c = ParseModelConfig(ss.str());

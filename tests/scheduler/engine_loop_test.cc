@@ -95,7 +95,7 @@ TEST_P(LoopTest, BatchInvariance) {
   std::vector<std::vector<int32_t>> alone;
   std::vector<std::vector<float>> alone_lp;
   for (const RequestSpec& s : specs) {
-    EngineLoop loop(m, {Config(4096), {}, {}, {}});
+    EngineLoop loop(m, {Config(4096), {}, {}, {}, {}});
     auto sink = std::make_shared<Collect>();
     ASSERT_TRUE(loop.Submit(s, {}, sink).ok());
     RunAll(loop);
@@ -104,7 +104,7 @@ TEST_P(LoopTest, BatchInvariance) {
     ASSERT_EQ(alone.back().size(), 24u);
   }
   // Together, with a small budget so prompts are chunked and interleaved with decodes.
-  EngineLoop loop(m, {Config(128), {}, {}, {}});
+  EngineLoop loop(m, {Config(128), {}, {}, {}, {}});
   std::vector<std::shared_ptr<Collect>> sinks;
   for (const RequestSpec& s : specs) {
     sinks.push_back(std::make_shared<Collect>());
@@ -124,7 +124,7 @@ TEST_P(LoopTest, PrefixCacheEqualsColdRun) {
   const int64_t V = m.config().vocab;
   SamplingParams greedy;
   greedy.temperature = 0.0f;
-  EngineLoop cached(m, {Config(256, 512, 64), {}, {}, {}});
+  EngineLoop cached(m, {Config(256, 512, 64), {}, {}, {}, {}});
   auto first = std::make_shared<Collect>();
   const std::vector<int32_t> prompt = Prompt(200, V, 5);
   ASSERT_TRUE(cached.Submit(Spec("turn1", prompt, 80, greedy), {}, first).ok());
@@ -150,7 +150,7 @@ TEST_P(LoopTest, PrefixCacheEqualsColdRun) {
     RunAll(cached);
     EXPECT_EQ(cached.Stats().prefix_hits, hits_before + 1) << name;
     EXPECT_GT(hot->events.back().cached_tokens, 0) << name;
-    EngineLoop cold_loop(m, {Config(256), {}, {}, {}});
+    EngineLoop cold_loop(m, {Config(256), {}, {}, {}, {}});
     auto cold = std::make_shared<Collect>();
     ASSERT_TRUE(cold_loop.Submit(Spec(name, tokens, 40, greedy), {}, cold).ok());
     RunAll(cold_loop);
@@ -182,13 +182,13 @@ TEST_P(LoopTest, SwapPreemptionIsExact) {
   }
   std::vector<std::vector<int32_t>> alone;
   for (const auto& s : specs) {
-    EngineLoop loop(m, {Config(512), {}, {}, {}});
+    EngineLoop loop(m, {Config(512), {}, {}, {}, {}});
     auto sink = std::make_shared<Collect>();
     ASSERT_TRUE(loop.Submit(s, {}, sink).ok());
     RunAll(loop);
     alone.push_back(sink->Tokens());
   }
-  EngineLoop tight(m, {Config(512, /*pages=*/24), {}, {}, {}});  // 384 positions for ~800 needed
+  EngineLoop tight(m, {Config(512, /*pages=*/24), {}, {}, {}, {}});  // 384 positions for ~800 needed
   std::vector<std::shared_ptr<Collect>> sinks;
   for (const auto& s : specs) {
     sinks.push_back(std::make_shared<Collect>());
@@ -204,7 +204,7 @@ TEST_P(LoopTest, SwapPreemptionIsExact) {
 
 TEST_P(LoopTest, CancelMidStream) {
   const Model& m = Tiny(GetParam());
-  EngineLoop loop(m, {Config(256), {}, {}, {}});
+  EngineLoop loop(m, {Config(256), {}, {}, {}, {}});
   auto sink = std::make_shared<Collect>();
   SamplingParams p;
   ASSERT_TRUE(loop.Submit(Spec("c", Prompt(10, m.config().vocab, 1), 1000, p), {}, sink).ok());

@@ -72,8 +72,10 @@ TEST(Config, ValidationNamesTheKey) {
   x.tls_cert_file = "a.pem";
   EXPECT_NE(key_of(x).find("tls"), std::string::npos);
   x = c;
-  x.activation_dtype = "bf16";
+  x.activation_dtype = "fp8";
   EXPECT_NE(key_of(x).find("model.activation_dtype"), std::string::npos);
+  x.activation_dtype = "bf16";
+  EXPECT_TRUE(Validate(x).ok());
   x = c;
   x.model_path.clear();
   EXPECT_NE(key_of(x).find("model.path"), std::string::npos);

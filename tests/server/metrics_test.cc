@@ -41,6 +41,10 @@ TEST(Metrics, DashboardQueriesExist) {
   const std::string dash = ss.str();
   auto m = Metrics::Start("127.0.0.1:0", "m");
   ASSERT_TRUE(m.ok());
+  sched::StepStats step;  // one step with a MoE layer, as any MoE model produces
+  step.batch_size = 1;
+  step.moe.push_back(MoeLayerStats{1, 4, 2.0, 1.5, 1.2, 1});
+  (*m)->OnStep(step, sched::SchedulerStats{});
   const std::string scrape = (*m)->Scrape();
   std::set<std::string> names;
   const std::regex word("kimi_[a-z0-9_]+");

@@ -209,6 +209,48 @@ TEST_P(MatMulTest, PackedEqualsUnpackedBitwise) {
   SetMatMulIsa(saved);
 }
 
+// bf16 activations (opt-in): against float64 on the bf16-rounded x (the products are then exact,
+// only the fp32 accumulation rounds), and bit for bit the same alone, batched, packed or not, on
+// any thread count.
+TEST(MatMul, Bf16ActivationsAreAccurateAndBatchInvariant) {
+  if (!HasBf16DotProduct()) GTEST_SKIP() << "no AVX-512 BF16 on this machine";
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 24, 64}, {7, 40, 100},
+                         {70, 16, 1024}, {5, 33, 4096}}) {
+    const Stored s = MakeWeight(WeightFormat::kBF16, n, k, 51);
+    Stored p = MakeWeight(WeightFormat::kBF16, n, k, 51);
+    PackInPlace(&p.w);
+    const std::vector<float> x = testing::RandomVector(m * k, 52);
+    std::vector<float> y(m * n), py(m * n), row(n);
+    {
+      ActivationScope bf16(ActivationDtype::kBf16);
+      MatMul(y.data(), x.data(), s.w, m);
+      MatMul(py.data(), x.data(), p.w, m);
+      ThreadPool::Global().SetActiveThreads(1);
+      for (int64_t i = 0; i < m; i += 3) {
+        MatMul(row.data(), x.data() + i * k, s.w, 1);
+        for (int64_t j = 0; j < n; ++j) ASSERT_EQ(row[j], y[i * n + j]) << m << "x" << n << "x" << k;
+      }
+      ThreadPool::Global().SetActiveThreads(0);
+    }
+    ASSERT_EQ(y, py);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double ref = 0.0, scale = 0.0;
+        for (int64_t c = 0; c < k; ++c) {
+          const double xb = Bf16ToF32(F32ToBf16(x[i * k + c]));
+          ref += xb * s.dense[j * k + c];
+          scale = std::max(scale, std::fabs(xb * s.dense[j * k + c]));
+        }
+        ASSERT_NEAR(y[i * n + j], ref, 4.0 * k * 1.2e-7 * scale);
+      }
+    }
+    // Outside the scope the fp32 path is back.
+    std::vector<float> f32(m * n);
+    MatMul(f32.data(), x.data(), s.w, m);
+    ASSERT_NE(f32, y);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, MatMulTest,
                          ::testing::Values(WeightFormat::kF32, WeightFormat::kBF16,
                                            WeightFormat::kF16, WeightFormat::kMxfp4));

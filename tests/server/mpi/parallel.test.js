@@ -17,8 +17,9 @@ const layouts = process.argv.slice(3);
 const prompts = ['The quick brown fox jumps', 'Sharding a hybrid model over ranks',
                  'a'.repeat(90) + ' long enough to cross a KDA chunk'];
 
+// "tp=2,ep=2,pp=2"; "rt=X" sets parallel.replicate_threshold (expert replication forced on).
 function parse(layout) {
-  const p = { tp: 1, ep: 1, pp: 1 };
+  const p = { tp: 1, ep: 1, pp: 1, rt: null };
   for (const kv of layout.split(',')) {
     const [k, v] = kv.split('=');
     p[k] = Number(v);
@@ -50,8 +51,11 @@ async function run(server) {
   await h.run(layouts.map((layout) => [`${layout} equals one process`, async () => {
     const p = parse(layout);
     const np = p.pp * Math.max(p.tp, p.ep);
+    const extra = p.rt === null ? [] : ['--parallel.replicate_threshold', String(p.rt),
+                                        '--parallel.max_replicated_experts', '8'];
     const server = await h.startMpiServer(np, [...common, '--tp', String(p.tp), '--ep',
-                                               String(p.ep), '--pp', String(p.pp)], { env });
+                                               String(p.ep), '--pp', String(p.pp), ...extra],
+                                          { env });
     try {
       assert.strictEqual(Object.keys(server.ranks).length, np, server.log);
       const got = await run(server);
@@ -69,6 +73,12 @@ async function run(server) {
       }
       console.log(`     ${layout}: max |logprob difference| ${worst.toExponential(2)}`);
       assert.ok(worst <= TOLERANCE, `logprobs differ by ${worst}`);
+      if (p.rt !== null) {
+        // Replication moved work between ranks; the tokens above did not change.
+        const replicated = h.metric(await h.scrape(server), 'kimi_moe_replicated_experts_total');
+        console.log(`     ${layout}: ${replicated} expert replicas`);
+        assert.ok(replicated > 0, 'no expert was replicated');
+      }
     } finally {
       const exit = await server.stop();
       assert.strictEqual(exit.code, 0, `mpirun exit ${JSON.stringify(exit)}\n${server.log}`);

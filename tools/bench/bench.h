@@ -1,0 +1,89 @@
+// kimi-bench internals: figures, the run context, timing and machine-baseline helpers.
+//
+// Every figure is printed with a baseline measured in the same run (memory bandwidth over the
+// weights' own pages, the best library GEMM, ...), so a figure is a ratio that survives a noisy,
+// shared machine. Timings are medians over --repeats rounds; baselines and the measured code
+// alternate inside each round.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <regex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/weights.h"
+#include "nlohmann/json.hpp"
+
+namespace kimi::bench {
+
+struct Figure {
+  std::string name;
+  double value = 0.0;
+  std::string unit;
+  std::optional<double> baseline;  // same unit as value unless `baseline_unit` says otherwise
+  std::optional<double> ratio;
+  std::string baseline_unit;       // empty: same as unit
+  std::string note;                // one line: what value, baseline and ratio are
+  nlohmann::ordered_json detail = nlohmann::ordered_json::object();
+};
+
+struct Context {
+  std::string models_dir;
+  std::string tiktoken;
+  std::string weight_memory;  // empty: the engine default
+  int repeats = 5;
+  bool json = false;
+  double idle_wait_s = 20.0;
+  std::optional<std::regex> filter;
+  std::vector<std::string> commands;  // the command line, for the report
+
+  bool Wants(const std::string& name) const;
+  bool WantsAny(const std::vector<std::string>& names) const;
+  void Emit(const Figure& f) const;
+  void Log(const std::string& line) const;  // stderr progress
+};
+
+// --- timing ------------------------------------------------------------------------------------
+double Now();
+double Median(std::vector<double> v);
+
+// Machine CPU used by other processes while a measurement ran, as a fraction of all cores.
+class CpuMeter {
+ public:
+  CpuMeter();
+  double OtherFraction() const;  // since construction
+
+ private:
+  double t0_;
+  int64_t busy0_, own0_;
+};
+
+// Waits (up to `max_s`) until the machine was >= 90% idle over a 0.5 s window. Returns the idle
+// fraction seen last.
+double WaitForIdle(double max_s);
+
+// --- memory ------------------------------------------------------------------------------------
+// Streams over the regions with `threads` threads of the kernel pool (each takes a contiguous
+// share of every region, as MatMul does with a weight matrix). Returns GB/s (1e9 B/s).
+double StreamReadGBps(const std::vector<std::span<const uint8_t>>& regions, int threads);
+
+// --- models ------------------------------------------------------------------------------------
+// models_dir/preset, generated there (kimi-mkmodel's generator, seed 1) when missing.
+std::unique_ptr<Model> LoadPreset(const Context& ctx, const std::string& preset);
+
+// --- figure groups (each emits the figures it measures that the filter wants) -------------------
+struct GemmPeaks {  // best library GEMM of this run, GFLOP/s (0 when not measured)
+  double bf16 = 0.0;  // bf16 activations x bf16 weights
+  double f32 = 0.0;   // fp32 activations x fp32 weights
+};
+GemmPeaks RunGemm(const Context& ctx, bool emit);
+void RunDecode(const Context& ctx, const std::string& preset, const GemmPeaks& peaks);
+void RunAttentionScaling(const Context& ctx);
+void RunState(const Context& ctx);
+void RunSchedulerOverhead(const Context& ctx, const std::string& preset);
+
+}  // namespace kimi::bench

@@ -1,0 +1,80 @@
+// kimi-bench [--filter REGEX] [--json] [--repeats N] [--models_dir DIR] [--models a,b]
+// Prints every performance figure of DESIGN.md's contract with its baseline measured in the same
+// run and their ratio (--json: one JSON object per line with name, value, unit, baseline, ratio).
+// Figures: decode.b1.<model>[.t1], decode.b8|b32|b64.<model>[.bf16], prefill.gemm[.bf16],
+// kda.prefill.per_token_16k_over_1k, state.128k.hybrid_over_mla, scheduler.overhead.b64.
+// Models are read from --models_dir/<preset> and generated there (seed 1) when missing.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/thread_pool.h"
+#include "tools/bench/bench.h"
+
+ABSL_FLAG(std::string, filter, "", "run only figures whose name matches this regex");
+ABSL_FLAG(bool, json, false, "print one JSON object per figure");
+ABSL_FLAG(int, repeats, 5, "rounds per figure (medians are reported)");
+ABSL_FLAG(std::string, models_dir, "models", "directory holding (or receiving) the presets");
+ABSL_FLAG(std::string, models, "kimi-linear-small,k3-mini", "presets for the decode figures");
+ABSL_FLAG(std::string, scheduler_model, "k3-mini", "preset for scheduler.overhead.b64");
+ABSL_FLAG(std::string, tiktoken, "",
+          "base vocabulary for generated models (default: MODELS_DIR/cl100k_base.tiktoken)");
+ABSL_FLAG(std::string, weight_memory, "",
+          "map | map-huge | copy-huge (default: the engine's, see engine/safetensors.h)");
+ABSL_FLAG(double, idle_wait, 20.0, "seconds to wait for an idle machine before each round");
+ABSL_FLAG(bool, list, false, "list the figure names and exit");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "kimi-bench [--filter REGEX] [--json] [--repeats N]: performance figures with same-run "
+      "baselines");
+  absl::ParseCommandLine(argc, argv);
+  using namespace kimi::bench;
+  Context ctx;
+  ctx.models_dir = absl::GetFlag(FLAGS_models_dir);
+  ctx.tiktoken = absl::GetFlag(FLAGS_tiktoken);
+  ctx.weight_memory = absl::GetFlag(FLAGS_weight_memory);
+  ctx.repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
+  ctx.json = absl::GetFlag(FLAGS_json);
+  ctx.idle_wait_s = absl::GetFlag(FLAGS_idle_wait);
+  if (!absl::GetFlag(FLAGS_filter).empty()) ctx.filter.emplace(absl::GetFlag(FLAGS_filter));
+  const std::vector<std::string> models =
+      absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipEmpty());
+
+  if (absl::GetFlag(FLAGS_list)) {
+    for (const std::string& m : models) {
+      std::printf("decode.b1.%s\ndecode.b1.%s.t1\n", m.c_str(), m.c_str());
+      for (int n : {8, 32, 64}) std::printf("decode.b%d.%s\n", n, m.c_str());
+      for (int n : {8, 32, 64}) std::printf("decode.b%d.%s.bf16\n", n, m.c_str());
+    }
+    std::printf("prefill.gemm\nprefill.gemm.bf16\nkda.prefill.per_token_16k_over_1k\nstate.128k.hybrid_over_mla\n"
+                "scheduler.overhead.b64\n");
+    return 0;
+  }
+  ctx.Log(absl::StrCat("threads ", kimi::cpu::ThreadPool::Global().num_threads(), ", isa ",
+                       kimi::cpu::IsaName(kimi::cpu::MatMulIsa()), ", repeats ", ctx.repeats));
+
+  // The batched decode rooflines need the GEMM peak: measure it when they run, too.
+  bool batched = false;
+  for (const std::string& m : models) {
+    for (int n : {8, 32, 64}) {
+      batched |= ctx.Wants(absl::StrCat("decode.b", n, ".", m));
+      batched |= ctx.Wants(absl::StrCat("decode.b", n, ".", m, ".bf16"));
+    }
+  }
+  GemmPeaks peaks;
+  if (ctx.Wants("prefill.gemm") || ctx.Wants("prefill.gemm.bf16") || batched) {
+    peaks = RunGemm(ctx, /*emit=*/true);
+  }
+  for (const std::string& m : models) RunDecode(ctx, m, peaks);
+  RunAttentionScaling(ctx);
+  RunState(ctx);
+  RunSchedulerOverhead(ctx, absl::GetFlag(FLAGS_scheduler_model));
+  return 0;
+}

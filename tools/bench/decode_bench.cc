@@ -1,0 +1,266 @@
+// decode.b1.<model> and decode.b8|b32|b64.<model>: engine steps of one token per sequence.
+//
+// b1: value = weight bytes one token reads (Model::ActiveWeightBytes: MXFP4 experts at their packed
+// size) / median time per token, baseline = streaming-read bandwidth over the weights' own memory
+// (same pages, same huge-page treatment) measured in the same rounds; ratio = value / baseline.
+// bN: value = median step time; baseline = roofline step time
+//     max(weight bytes touched in the step / read bandwidth, matmul flops / GEMM peak)
+// with the bandwidth from the same rounds and the peak the best library GEMM of this run at the
+// activation precision the engine uses (fp32); ratio = roofline / measured.
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/engine.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/thread_pool.h"
+#include "tools/bench/bench.h"
+
+namespace kimi::bench {
+namespace {
+
+// N sequences with their own state slots and pages, fed one token per step.
+class DecodeBatch {
+ public:
+  DecodeBatch(const Model& m, int n, int64_t max_pos, EngineOptions options = {})
+      : model_(m),
+        kda_(m.config(), n),
+        kv_(m.config(), n * ((max_pos + kPage - 1) / kPage), kPage),
+        engine_(m, {}, options),
+        n_(n) {
+    const int64_t per = (max_pos + kPage - 1) / kPage;
+    for (int i = 0; i < n; ++i) {
+      std::vector<int32_t> p(per);
+      for (int64_t j = 0; j < per; ++j) p[j] = static_cast<int32_t>(i * per + j);
+      pages_.push_back(std::move(p));
+      kda_.Clear(i);
+    }
+    pos_.assign(n, 0);
+  }
+
+  // Runs `len` prompt tokens for every sequence in one step.
+  void Prefill(int64_t len) {
+    std::vector<std::vector<int32_t>> tokens(n_);
+    for (int i = 0; i < n_; ++i) {
+      for (int64_t t = 0; t < len; ++t) tokens[i].push_back(Token(i, t));
+    }
+    Run(tokens);
+  }
+
+  // One decode token per sequence; returns the engine step's seconds.
+  double Step() {
+    std::vector<std::vector<int32_t>> tokens(n_);
+    for (int i = 0; i < n_; ++i) tokens[i].push_back(Token(i, pos_[i]));
+    const double t0 = Now();
+    Run(tokens);
+    return Now() - t0;
+  }
+
+ private:
+  static constexpr int64_t kPage = 16;
+  int32_t Token(int i, int64_t t) const {
+    return static_cast<int32_t>((1000003ull * (i + 1) + 7919ull * t) % model_.config().vocab);
+  }
+  void Run(const std::vector<std::vector<int32_t>>& tokens) {
+    std::vector<SequenceStep> batch(n_);
+    for (int i = 0; i < n_; ++i) {
+      batch[i].kda_slot = i;
+      batch[i].pages = pages_[i];
+      batch[i].pos0 = pos_[i];
+      batch[i].tokens = tokens[i];
+      batch[i].logits = LogitsWanted::kLast;
+    }
+    EngineState state{&kda_, &kv_};
+    StepOutput out;
+    if (absl::Status s = engine_.Step(batch, state, &out); !s.ok()) {
+      std::fprintf(stderr, "[bench] engine step failed: %s\n", std::string(s.message()).c_str());
+      std::abort();
+    }
+    for (int i = 0; i < n_; ++i) pos_[i] += static_cast<int64_t>(tokens[i].size());
+  }
+
+  const Model& model_;
+  KdaStatePool kda_;
+  MlaKvCache kv_;
+  Engine engine_;
+  int n_;
+  std::vector<std::vector<int32_t>> pages_;
+  std::vector<int64_t> pos_;
+};
+
+// What one step reads and computes, from the MatMul accounting of a real step.
+struct StepCost {
+  int64_t weight_bytes = 0;  // distinct weights touched (routed experts as actually hit)
+  int64_t flops = 0;         // matmul flops
+  int64_t experts_hit = 0, experts_total = 0;
+};
+
+StepCost MeasureStepCost(const Model& m, DecodeBatch& batch) {
+  const ModelWeights& w = m.weights();
+  const ModelConfig& c = m.config();
+  // Routed expert matrices by address, and what ActiveWeightBytes assumed for them (top_k each).
+  std::map<const void*, int64_t> expert_of;  // gate data -> expert bytes
+  int64_t assumed = 0;
+  for (const LayerWeights& L : w.layers) {
+    if (!L.is_moe) continue;
+    for (const MlpWeights& e : L.moe.experts) {
+      const int64_t b = e.gate.Bytes() + e.up.Bytes() + e.down.Bytes();
+      expert_of[e.gate.data] = b;
+    }
+    if (!L.moe.experts.empty()) {
+      const MlpWeights& e = L.moe.experts[0];
+      assumed += c.moe.top_k * (e.gate.Bytes() + e.up.Bytes() + e.down.Bytes());
+    }
+  }
+  cpu::MatMulStats stats;
+  cpu::SetMatMulStats(&stats);
+  batch.Step();
+  cpu::SetMatMulStats(nullptr);
+  std::set<const void*> hit;
+  for (const auto& r : stats.reads) {
+    if (expert_of.count(r.data)) hit.insert(r.data);
+  }
+  StepCost cost;
+  cost.weight_bytes = m.ActiveWeightBytes() - assumed;
+  for (const void* p : hit) cost.weight_bytes += expert_of[p];
+  cost.flops = stats.flops;
+  cost.experts_hit = static_cast<int64_t>(hit.size());
+  cost.experts_total = static_cast<int64_t>(expert_of.size());
+  return cost;
+}
+
+void DecodeB1(const Context& ctx, const std::string& preset, const Model& m) {
+  const std::string name2 = "decode.b1." + preset, name1 = name2 + ".t1";
+  const bool want2 = ctx.Wants(name2), want1 = ctx.Wants(name1);
+  if (!want2 && !want1) return;
+  constexpr int kTokens = 12;
+  DecodeBatch batch(m, 1, 16 + 2 * (ctx.repeats + 1) * kTokens);
+  batch.Prefill(8);
+  const auto regions = m.WeightRegions();
+  const double bytes = static_cast<double>(m.ActiveWeightBytes());
+  auto& pool = cpu::ThreadPool::Global();
+  const int all = pool.num_threads();
+  std::vector<double> bw[2], tok[2], other;
+  batch.Step();  // warm-up: first touch of every active weight
+  for (int r = 0; r < ctx.repeats; ++r) {
+    WaitForIdle(ctx.idle_wait_s);
+    CpuMeter meter;
+    for (int v = 0; v < 2; ++v) {
+      if ((v == 0 && !want2) || (v == 1 && !want1)) continue;
+      const int threads = v == 0 ? all : 1;
+      bw[v].push_back(StreamReadGBps(regions, threads));
+      pool.SetActiveThreads(threads);
+      std::vector<double> t;
+      for (int i = 0; i < kTokens; ++i) t.push_back(batch.Step());
+      pool.SetActiveThreads(0);
+      tok[v].push_back(Median(t));
+    }
+    other.push_back(meter.OtherFraction());
+  }
+  const StepCost cost = MeasureStepCost(m, batch);
+  for (int v = 0; v < 2; ++v) {
+    if (tok[v].empty()) continue;
+    std::vector<double> ratios;
+    for (size_t r = 0; r < tok[v].size(); ++r) ratios.push_back(bytes / tok[v][r] / 1e9 / bw[v][r]);
+    Figure f;
+    f.name = v == 0 ? name2 : name1;
+    f.value = bytes / Median(tok[v]) / 1e9;
+    f.unit = "GB/s";
+    f.baseline = Median(bw[v]);
+    f.ratio = Median(ratios);
+    f.note = absl::StrFormat("weights read per token / time, %d thread(s); baseline: streaming read",
+                             v == 0 ? all : 1);
+    f.detail["threads"] = v == 0 ? all : 1;
+    f.detail["tokens_per_s"] = 1.0 / Median(tok[v]);
+    f.detail["ms_per_token"] = 1e3 * Median(tok[v]);
+    f.detail["weight_bytes_per_token"] = bytes;
+    f.detail["matmul_distinct_bytes_check"] = cost.weight_bytes;
+    f.detail["per_round_ratio"] = ratios;
+    f.detail["per_round_bw_GBps"] = bw[v];
+    f.detail["other_cpu_median"] = Median(other);
+    f.detail["weight_memory"] = ctx.weight_memory.empty() ? WeightMemoryName(DefaultWeightMemory())
+                                                          : ctx.weight_memory;
+    f.detail["isa"] = cpu::IsaName(cpu::MatMulIsa());
+    ctx.Emit(f);
+  }
+}
+
+void DecodeBatched(const Context& ctx, const std::string& preset, const Model& m, int n,
+                   const GemmPeaks& peaks, bool bf16) {
+  const std::string name = absl::StrCat("decode.b", n, ".", preset, bf16 ? ".bf16" : "");
+  if (!ctx.Wants(name)) return;
+  if (bf16 && !cpu::HasBf16DotProduct()) return;
+  const int steps = n >= 32 ? 3 : 5;
+  EngineOptions options;
+  if (bf16) options.activation = cpu::ActivationDtype::kBf16;
+  const double peak = bf16 ? peaks.bf16 : peaks.f32;
+  DecodeBatch batch(m, n, 16 + (ctx.repeats + 2) * steps + 8, options);
+  batch.Prefill(8);
+  batch.Step();  // warm-up
+  const StepCost cost = MeasureStepCost(m, batch);
+  const auto regions = m.WeightRegions();
+  std::vector<double> bw, step, other, ratios;
+  for (int r = 0; r < ctx.repeats; ++r) {
+    WaitForIdle(ctx.idle_wait_s);
+    CpuMeter meter;
+    bw.push_back(StreamReadGBps(regions, cpu::ThreadPool::Global().num_threads()));
+    std::vector<double> t;
+    for (int i = 0; i < steps; ++i) t.push_back(batch.Step());
+    step.push_back(Median(t));
+    other.push_back(meter.OtherFraction());
+    const double roof = std::max(static_cast<double>(cost.weight_bytes) / (bw.back() * 1e9),
+                                 peak > 0 ? static_cast<double>(cost.flops) / (peak * 1e9) : 0.0);
+    ratios.push_back(roof / step.back());
+  }
+  const double bw_med = Median(bw), step_med = Median(step);
+  const double t_mem = static_cast<double>(cost.weight_bytes) / (bw_med * 1e9);
+  const double t_f32 = peaks.f32 > 0 ? static_cast<double>(cost.flops) / (peaks.f32 * 1e9) : 0.0;
+  const double t_bf16 = peaks.bf16 > 0 ? static_cast<double>(cost.flops) / (peaks.bf16 * 1e9) : 0.0;
+  const double t_compute = bf16 ? t_bf16 : t_f32;
+  const double roof = std::max(t_mem, t_compute);
+  Figure f;
+  f.name = name;
+  f.value = 1e3 * step_med;
+  f.unit = "ms";
+  f.baseline = 1e3 * roof;
+  f.ratio = Median(ratios);
+  f.note = absl::StrFormat("step time; baseline: roofline max(bytes/BW, flops/%s GEMM peak), %s-bound",
+                           bf16 ? "bf16" : "fp32", t_mem >= t_compute ? "memory" : "compute");
+  f.detail["activations"] = bf16 ? "bf16" : "fp32";
+  f.detail["batch"] = n;
+  f.detail["tokens_per_s"] = n / step_med;
+  f.detail["weight_bytes_touched"] = cost.weight_bytes;
+  f.detail["matmul_flops"] = cost.flops;
+  f.detail["experts_hit"] = cost.experts_hit;
+  f.detail["experts_total"] = cost.experts_total;
+  f.detail["bw_GBps"] = bw_med;
+  f.detail["gemm_peak_f32_GFLOPs"] = peaks.f32;
+  f.detail["gemm_peak_bf16_GFLOPs"] = peaks.bf16;
+  f.detail["roofline_ms_memory"] = 1e3 * t_mem;
+  f.detail["roofline_ms_compute_f32"] = 1e3 * t_f32;
+  f.detail["roofline_ms_compute_bf16"] = 1e3 * t_bf16;
+  f.detail["achieved_GFLOPs"] = static_cast<double>(cost.flops) / step_med / 1e9;
+  f.detail["per_round_ratio"] = ratios;
+  f.detail["other_cpu_median"] = Median(other);
+  ctx.Emit(f);
+}
+
+}  // namespace
+
+void RunDecode(const Context& ctx, const std::string& preset, const GemmPeaks& peaks) {
+  std::vector<std::string> names = {"decode.b1." + preset, "decode.b1." + preset + ".t1"};
+  for (int n : {8, 32, 64}) {
+    names.push_back(absl::StrCat("decode.b", n, ".", preset));
+    names.push_back(absl::StrCat("decode.b", n, ".", preset, ".bf16"));
+  }
+  if (!ctx.WantsAny(names)) return;
+  std::unique_ptr<Model> m = LoadPreset(ctx, preset);
+  if (!m) return;
+  DecodeB1(ctx, preset, *m);
+  for (bool bf16 : {false, true}) {
+    for (int n : {8, 32, 64}) DecodeBatched(ctx, preset, *m, n, peaks, bf16);
+  }
+}
+
+}  // namespace kimi::bench
