@@ -33,7 +33,8 @@ const std::vector<Setting>& Settings() {
       {"model.name", "", &ServerConfig::model_name, "served model name (default: directory name)"},
       {"model.activation_dtype", "--activation-dtype", &ServerConfig::activation_dtype,
        "fp32, or bf16 (matmul inputs rounded to bf16: faster prefill, looser accuracy)"},
-      {"model.device", "--device", &ServerConfig::device, "cpu (cuda: see the CUDA issue)"},
+      {"model.device", "--device", &ServerConfig::device,
+       "cpu, or cuda / cuda:N (one GPU, one process; builds with nvcc only)"},
       {"model.threads", "--threads", &ServerConfig::threads, "engine threads; 0 = one per core"},
       {"model.max_context", "--max-context", &ServerConfig::max_context,
        "tokens per request (prompt + output); 0 = the model's limit"},
@@ -161,7 +162,22 @@ bool ValidAddress(const std::string& a) {
          absl::SimpleAtoi(a.substr(colon + 1), &port) && port >= 0 && port <= 65535;
 }
 
+#ifdef KIMI_HAVE_CUDA
+constexpr bool kBuiltWithCuda = true;
+#else
+constexpr bool kBuiltWithCuda = false;
+#endif
+
 }  // namespace
+
+int CudaOrdinal(const std::string& device) {
+  if (device == "cuda") return 0;
+  int n;
+  if (absl::StartsWith(device, "cuda:") && absl::SimpleAtoi(device.substr(5), &n) && n >= 0) {
+    return n;
+  }
+  return -1;
+}
 
 absl::Status ApplyYaml(const std::string& yaml_text, const std::string& source,
                        ServerConfig* config) {
@@ -260,7 +276,15 @@ absl::Status Validate(const ServerConfig& c) {
                absl::StrCat("\"", c.activation_dtype, "\": expected fp32 or bf16"));
   }
   if (c.device != "cpu") {
-    return bad("model.device", absl::StrCat("\"", c.device, "\" is not available (cpu)"));
+    if (CudaOrdinal(c.device) < 0) {
+      return bad("model.device", absl::StrCat("\"", c.device, "\": expected cpu, cuda or cuda:N"));
+    }
+    if (!kBuiltWithCuda) {
+      return bad("model.device", "this kimi-server was built without CUDA (nvcc was not found)");
+    }
+    if (c.tp * c.ep * c.pp > 1) {
+      return bad("model.device", "cuda serves one GPU in one process (parallel.tp/ep/pp must be 1)");
+    }
   }
   if (c.threads < 0) return bad("model.threads", "must be >= 0");
   if (c.max_context < 0) return bad("model.max_context", "must be >= 0");

@@ -65,6 +65,9 @@ absl::Status ApplyYaml(const std::string& yaml_text, const std::string& source,
 // key or flag. `help` is set when --help was given (the caller prints HelpText() and exits).
 absl::StatusOr<ServerConfig> ParseCommandLine(int argc, char** argv, bool* help);
 
+// The GPU ordinal of a device string ("cuda" -> 0, "cuda:N" -> N), or -1 when it names no GPU.
+int CudaOrdinal(const std::string& device);
+
 // Range and consistency checks of a complete config.
 absl::Status Validate(const ServerConfig& config);
 

@@ -19,6 +19,9 @@
 #include "absl/strings/str_split.h"
 #include "engine/comm/mpi_communicator.h"
 #include "engine/distributed.h"
+#ifdef KIMI_HAVE_CUDA
+#include "engine/cuda/cuda_step_runner.h"
+#endif
 #include "server/backend.h"
 #include "server/generation_service.h"
 #include "server/text_stream.h"
@@ -334,6 +337,22 @@ int Run(int argc, char** argv) {
         MpiCommunicator::Abort(std::string(s.message()));
       };
     }
+#ifdef KIMI_HAVE_CUDA
+    if (const int gpu = CudaOrdinal(c.device); gpu >= 0) {
+      CudaRunnerOptions o;
+      o.fp32_activations = c.activation_dtype != "bf16";
+      auto r = MakeCudaStepRunner(*b.model, lc.scheduler.max_running, lc.scheduler.num_pages,
+                                  lc.scheduler.page_size, gpu, o);
+      if (!r.ok()) {
+        spdlog::error("cannot start the CUDA backend on {}: {}", c.device,
+                      std::string(r.status().message()));
+        load_result = 1;
+        return;
+      }
+      runner = std::move(*r);
+      spdlog::info("engine on {}", c.device);
+    }
+#endif
     b.loop = std::make_unique<sched::EngineLoop>(*b.model, std::move(lc), std::move(runner));
     b.metrics->SetPools(b.loop->Stats());
     const sched::SchedulerStats st = b.loop->Stats();

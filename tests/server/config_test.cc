@@ -81,6 +81,26 @@ TEST(Config, ValidationNamesTheKey) {
   EXPECT_NE(key_of(x).find("model.path"), std::string::npos);
 }
 
+TEST(Config, DeviceNamesCpuOrOneGpu) {
+  EXPECT_EQ(CudaOrdinal("cuda"), 0);
+  EXPECT_EQ(CudaOrdinal("cuda:3"), 3);
+  for (const char* bad : {"cpu", "gpu", "cuda:", "cuda:-1", "cuda:x", "CUDA"}) {
+    EXPECT_EQ(CudaOrdinal(bad), -1) << bad;
+  }
+  ServerConfig c;
+  c.model_path = "/m";
+  c.device = "tpu";
+  EXPECT_NE(Message(Validate(c)).find("model.device: \"tpu\""), std::string::npos) << Validate(c);
+  c.device = "cuda:1";
+#ifdef KIMI_HAVE_CUDA
+  EXPECT_TRUE(Validate(c).ok()) << Validate(c);
+  c.tp = 2;  // the multi-GPU path is not wired: a clear refusal, not a wrong answer
+  EXPECT_NE(Message(Validate(c)).find("model.device"), std::string::npos) << Validate(c);
+#else
+  EXPECT_NE(Message(Validate(c)).find("without CUDA"), std::string::npos) << Validate(c);
+#endif
+}
+
 // deploy/config/example.yaml is complete (every key, its default) and loads.
 TEST(Config, ExampleFileIsCompleteAndValid) {
   const char* src = std::getenv("KIMI_SOURCE_DIR");
