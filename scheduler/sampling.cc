@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <bit>
+#include <iterator>
+#include <limits>
 #include <numeric>
 #include <unordered_map>
 
@@ -14,15 +17,113 @@ uint64_t Mix(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// log softmax of the raw row, in double for the normaliser.
-std::vector<float> LogSoftmax(std::span<const float> x) {
-  const float mx = *std::max_element(x.begin(), x.end());
-  double sum = 0.0;
-  for (float v : x) sum += std::exp(static_cast<double>(v - mx));
-  const double lse = mx + std::log(sum);
-  std::vector<float> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = static_cast<float>(x[i] - lse);
-  return out;
+// exp(x) for x <= 0 in float: round-to-nearest range reduction x = n ln2 + r, |r| <= ln2/2, a
+// degree-7 Taylor polynomial (truncation error under 1e-8 relative) and 2^n from the exponent
+// bits; about 2 ulp in all. Written so the loops below vectorise without -ffast-math (libm's expf
+// is a call per element, and a 100k-token row is exponentiated on every sampling step; the file is
+// built with -fno-trapping-math so the clamp below may become a vector max). Inputs
+// below -87 give about 1e-38 instead of a denormal: nothing next to a row maximum's exp(0) = 1.
+inline float ExpNonPositive(float x) {
+  x = std::max(x, -87.0f);
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float n = (x * 1.44269504088896341f + kRound) - kRound;
+  const float r = (x - n * 0.693145751953125f) - n * 1.42860682030941723e-6f;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) * (1 << 23);
+  return p * std::bit_cast<float>(bits);
+}
+
+// The row loops are built for AVX-512, AVX2 and baseline x86-64, picked at load time.
+#define KIMI_ROW_LOOP __attribute__((target_clones("avx512f", "avx2", "default")))
+
+KIMI_ROW_LOOP float MaxOf(std::span<const float> x) {
+  float lanes[16];
+  std::fill(std::begin(lanes), std::end(lanes), -std::numeric_limits<float>::infinity());
+  size_t i = 0;
+  for (; i + 16 <= x.size(); i += 16) {
+    for (int j = 0; j < 16; ++j) lanes[j] = x[i + j] > lanes[j] ? x[i + j] : lanes[j];
+  }
+  float m = *std::max_element(std::begin(lanes), std::end(lanes));
+  for (; i < x.size(); ++i) m = std::max(m, x[i]);
+  return m;
+}
+
+// Blocks of a row whose exp sums are kept, so a draw finds its block and walks only that one.
+constexpr size_t kBlock = 1024;
+
+// w[i] = exp((x[i] - top) * scale) (top >= every x[i]); returns the sum, accumulated in double by
+// blocks (block_sums, when given, receives each block's sum).
+KIMI_ROW_LOOP double ExpRow(std::span<const float> x, float top, float scale, float* w,
+              std::vector<double>* block_sums) {
+  double total = 0.0;
+  for (size_t b = 0; b < x.size(); b += kBlock) {
+    const size_t e = std::min(x.size(), b + kBlock);
+    for (size_t i = b; i < e; ++i) w[i] = ExpNonPositive((x[i] - top) * scale);
+    double lanes[8] = {};
+    size_t i = b;
+    for (; i + 8 <= e; i += 8) {
+      for (int j = 0; j < 8; ++j) lanes[j] += static_cast<double>(w[i + j]);
+    }
+    double sum = 0.0;
+    for (double v : lanes) sum += v;
+    for (; i < e; ++i) sum += w[i];
+    if (block_sums) block_sums->push_back(sum);
+    total += sum;
+  }
+  return total;
+}
+
+// A per-thread row of scratch (rows are sampled in parallel, one per thread at a time).
+float* Scratch(size_t n) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
+}
+
+// log of the raw row's softmax normaliser: logprob(t) = x[t] - LogSumExp(x).
+double LogSumExp(std::span<const float> x) {
+  const float mx = MaxOf(x);
+  return mx + std::log(ExpRow(x, mx, 1.0f, Scratch(x.size()), nullptr));
+}
+
+// The best n ids of a row, best first: larger value, ties to the lower id. One pass keeping the
+// worst of the best n so far on top of a heap; a later id never beats an equal value.
+std::vector<int32_t> TopIds(std::span<const float> l, size_t n) {
+  n = std::min(n, l.size());
+  std::vector<int32_t> heap;
+  if (n == 0) return heap;
+  heap.reserve(n);
+  auto better = [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
+  for (size_t i = 0; i < n; ++i) {
+    heap.push_back(static_cast<int32_t>(i));
+    std::push_heap(heap.begin(), heap.end(), better);
+  }
+  float worst = l[heap.front()];
+  auto offer = [&](size_t i) {
+    if (!(l[i] > worst)) return;
+    std::pop_heap(heap.begin(), heap.end(), better);
+    heap.back() = static_cast<int32_t>(i);
+    std::push_heap(heap.begin(), heap.end(), better);
+    worst = l[heap.front()];
+  };
+  // Most blocks hold nothing better than the current worst: test each block's maximum first.
+  constexpr size_t kRun = 64;
+  size_t i = n;
+  for (; i + kRun <= l.size(); i += kRun) {
+    if (MaxOf(l.subspan(i, kRun)) > worst) {
+      for (size_t j = i; j < i + kRun; ++j) offer(j);
+    }
+  }
+  for (; i < l.size(); ++i) offer(i);
+  std::sort_heap(heap.begin(), heap.end(), better);
+  return heap;
 }
 
 void ApplyPenalties(std::vector<float>& l, const SamplingParams& p,
@@ -44,54 +145,54 @@ void ApplyPenalties(std::vector<float>& l, const SamplingParams& p,
   }
 }
 
-int32_t ArgMax(const std::vector<float>& l) {
+int32_t ArgMax(std::span<const float> l) {
   return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());  // first wins
 }
 
 // Probability of each token under temperature, top-k, min-p and top-p, then the token whose
 // cumulative mass first exceeds u. Candidates are ordered by scaled logit (ties: lower id first);
 // with no filters the draw walks ids in order, which needs no sort.
-int32_t Draw(const std::vector<float>& l, const SamplingParams& p, double u) {
+int32_t Draw(std::span<const float> l, const SamplingParams& p, double u) {
   const size_t V = l.size();
-  const double inv_t = 1.0 / p.temperature;
-  const float top = *std::max_element(l.begin(), l.end());
+  const float inv_t = 1.0f / p.temperature;
+  const float top = MaxOf(l);
   const bool filtered =
       (p.top_k > 0 && static_cast<size_t>(p.top_k) < V) || p.top_p < 1.0f || p.min_p > 0.0f;
   if (!filtered) {
-    double total = 0.0;
-    std::vector<double> w(V);
-    for (size_t i = 0; i < V; ++i) total += w[i] = std::exp((l[i] - top) * inv_t);
-    const double target = u * total;
+    float* w = Scratch(V);
+    std::vector<double> blocks;
+    const double target = u * ExpRow(l, top, inv_t, w, &blocks);
     double acc = 0.0;
-    for (size_t i = 0; i < V; ++i) {
+    size_t b = 0;
+    while (b + 1 < blocks.size() && !(target < acc + blocks[b])) acc += blocks[b++];
+    for (size_t i = b * kBlock; i < V; ++i) {
       acc += w[i];
       if (target < acc) return static_cast<int32_t>(i);
     }
     return static_cast<int32_t>(V - 1);
   }
   auto better = [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
-  std::vector<int32_t> order(V);
-  std::iota(order.begin(), order.end(), 0);
-  size_t keep = p.top_k > 0 ? std::min<size_t>(V, static_cast<size_t>(p.top_k)) : V;
-  // The normaliser covers every kept token; sorting is needed only as far as the filters look.
-  // Try the best 1024 first and sort everything only if top-p needs more mass than they hold.
-  size_t sorted = std::min(keep, size_t{1024});
-  std::partial_sort(order.begin(), order.begin() + sorted, order.end(), better);
+  const size_t keep = p.top_k > 0 ? std::min<size_t>(V, static_cast<size_t>(p.top_k)) : V;
+  // The normaliser covers every kept token; ordering is needed only as far as the filters look.
+  // Take the best 1024 first and order everything only if top-p needs more mass than they hold.
+  std::vector<int32_t> order = TopIds(l, keep == V ? std::min(V, size_t{1024}) : keep);
+  size_t sorted = order.size();
   double total = 0.0;
   if (keep == V) {
-    for (size_t i = 0; i < V; ++i) total += std::exp((l[i] - top) * inv_t);
+    total = ExpRow(l, top, inv_t, Scratch(V), nullptr);
   } else {
-    std::partial_sort(order.begin(), order.begin() + keep, order.end(), better);
-    sorted = keep;
-    for (size_t i = 0; i < keep; ++i) total += std::exp((l[order[i]] - top) * inv_t);
+    for (size_t i = 0; i < keep; ++i) total += ExpNonPositive((l[order[i]] - top) * inv_t);
   }
-  // Candidate i in sorted order; sorts the rest of the kept tokens the first time it is needed.
+  // Candidate i in order; orders the whole row the first time it is needed (only without top-k:
+  // with it, every kept token is already in order).
   auto prob = [&](size_t i) {
     if (i >= sorted) {
-      std::sort(order.begin() + sorted, order.begin() + keep, better);
-      sorted = keep;
+      order.resize(V);
+      std::iota(order.begin(), order.end(), 0);
+      std::sort(order.begin(), order.end(), better);
+      sorted = V;
     }
-    return std::exp((l[order[i]] - top) * inv_t) / total;
+    return ExpNonPositive((l[order[i]] - top) * inv_t) / total;
   };
   size_t n = keep;
   if (p.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p
@@ -132,24 +233,25 @@ TokenChoice SampleToken(std::span<const float> logits, const SamplingParams& p,
                         std::span<const int32_t> prompt, std::span<const int32_t> output,
                         uint64_t index) {
   TokenChoice choice;
-  std::vector<float> l(logits.begin(), logits.end());
-  ApplyPenalties(l, p, prompt, output);
+  const bool penalised = (p.repetition_penalty != 1.0f && p.repetition_penalty > 0.0f) ||
+                         p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  std::vector<float> adjusted;
+  std::span<const float> l = logits;
+  if (penalised) {
+    adjusted.assign(logits.begin(), logits.end());
+    ApplyPenalties(adjusted, p, prompt, output);
+    l = adjusted;
+  }
   if (p.temperature <= 0.0f) {
     choice.token = ArgMax(l);
   } else {
     choice.token = Draw(l, p, UniformAt(p.seed, index));
   }
   if (p.want_logprobs || p.logprobs > 0) {
-    const std::vector<float> lp = LogSoftmax(logits);
-    choice.logprob = lp[choice.token];
-    if (p.logprobs > 0) {
-      std::vector<int32_t> ids(lp.size());
-      std::iota(ids.begin(), ids.end(), 0);
-      const size_t n = std::min<size_t>(ids.size(), static_cast<size_t>(p.logprobs));
-      std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
-        return lp[a] > lp[b] || (lp[a] == lp[b] && a < b);
-      });
-      for (size_t i = 0; i < n; ++i) choice.top.emplace_back(ids[i], lp[ids[i]]);
+    const double lse = LogSumExp(logits);
+    choice.logprob = static_cast<float>(logits[choice.token] - lse);
+    for (int32_t id : TopIds(logits, static_cast<size_t>(std::max(0, p.logprobs)))) {
+      choice.top.emplace_back(id, static_cast<float>(logits[id] - lse));
     }
   }
   return choice;

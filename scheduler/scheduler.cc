@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace kimi::sched {
 
@@ -211,15 +212,29 @@ absl::Status Scheduler::CheckInvariants() const {
 std::vector<RequestEvent> Scheduler::Update(StepPlan& plan, const StepOutput& out) {
   std::vector<RequestEvent> events;
   counters_.attn_res_bytes_used = AttnResCacheBytes(model_, plan.num_tokens);
+  for (const PlannedSeq& s : plan.seqs) {
+    s.request->computed += s.count;
+    MaybeSnapshot(*s.request);
+  }
+  // Rows are sampled in parallel on the kernels' pool (idle between engine steps, and called from
+  // the engine thread as its contract asks): each draw depends only on its own request, so the
+  // split cannot change a token.
+  const int64_t n = static_cast<int64_t>(plan.seqs.size());
+  std::vector<TokenChoice> choices(plan.seqs.size());
+  cpu::ParallelFor(n, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      if (!plan.seqs[i].sample) continue;
+      const Request& r = *plan.seqs[i].request;
+      const float* row = out.logits.data() + out.first_row[i] * out.vocab;
+      choices[i] = SampleToken({row, static_cast<size_t>(out.vocab)}, r.spec.sampling,
+                               r.spec.prompt, r.output_ids,
+                               static_cast<uint64_t>(r.output_ids.size()));
+    }
+  });
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
-    Request& r = *plan.seqs[i].request;
-    r.computed += plan.seqs[i].count;
-    MaybeSnapshot(r);
     if (!plan.seqs[i].sample) continue;
-    const float* row = out.logits.data() + out.first_row[i] * out.vocab;
-    TokenChoice choice =
-        SampleToken({row, static_cast<size_t>(out.vocab)}, r.spec.sampling, r.spec.prompt,
-                    r.output_ids, static_cast<uint64_t>(r.output_ids.size()));
+    Request& r = *plan.seqs[i].request;
+    TokenChoice choice = std::move(choices[i]);
     const int32_t tok = choice.token;
     r.output_ids.push_back(tok);
     r.output.push_back(choice);
