@@ -1,6 +1,5 @@
 #include "kernels/cuda/gemm.h"
 
-#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include <map>
@@ -10,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/cublaslt_api.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/weight_gemm.h"
@@ -17,10 +17,16 @@
 namespace kimi::cuda {
 namespace {
 
+// The cuBLASLt entry points; Gemm::Create has loaded them before anything here runs.
+const CublasLtApi& Lt() {
+  static const CublasLtApi* api = *LoadCublasLt();
+  return *api;
+}
+
 absl::Status LtStatus(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("cuBLASLt: ", what, ": ", cublasLtGetStatusName(s), " (",
-                                          cublasLtGetStatusString(s), ")"));
+  return absl::InternalError(absl::StrCat("cuBLASLt: ", what, ": ", Lt().GetStatusName(s), " (",
+                                          Lt().GetStatusString(s), ")"));
 }
 
 // The largest power of two (at most 256) dividing the address.
@@ -50,28 +56,28 @@ struct Descs {
   Descs(const Descs&) = delete;
   Descs& operator=(const Descs&) = delete;
   ~Descs() {
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
+    if (c) Lt().MatrixLayoutDestroy(c);
+    if (b) Lt().MatrixLayoutDestroy(b);
+    if (a) Lt().MatrixLayoutDestroy(a);
+    if (op) Lt().MatmulDescDestroy(op);
   }
   absl::Status Init(const Shape& s) {
-    KIMI_RETURN_IF_ERROR(LtStatus(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+    KIMI_RETURN_IF_ERROR(LtStatus(Lt().MatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
                                   "cublasLtMatmulDescCreate"));
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     KIMI_RETURN_IF_ERROR(LtStatus(
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "TRANSA"));
+        Lt().MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "TRANSA"));
     KIMI_RETURN_IF_ERROR(LtStatus(
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "TRANSB"));
+        Lt().MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "TRANSB"));
     KIMI_RETURN_IF_ERROR(LtStatus(
-        cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, static_cast<uint64_t>(s.k),
+        Lt().MatrixLayoutCreate(&a, CUDA_R_16BF, static_cast<uint64_t>(s.k),
                                    static_cast<uint64_t>(s.n), s.k),
         "layout A"));
     KIMI_RETURN_IF_ERROR(LtStatus(
-        cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, static_cast<uint64_t>(s.k),
+        Lt().MatrixLayoutCreate(&b, CUDA_R_16BF, static_cast<uint64_t>(s.k),
                                    static_cast<uint64_t>(s.m), s.ldx),
         "layout B"));
-    return LtStatus(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, static_cast<uint64_t>(s.n),
+    return LtStatus(Lt().MatrixLayoutCreate(&c, CUDA_R_32F, static_cast<uint64_t>(s.n),
                                                static_cast<uint64_t>(s.m), s.ldy),
                     "layout C");
   }
@@ -98,16 +104,16 @@ struct Gemm::Impl {
 
   ~Impl() {
     plans.clear();
-    if (handle) cublasLtDestroy(handle);
+    if (handle) Lt().Destroy(handle);
   }
 
   absl::Status Heuristics(const Shape& s, const Descs& d, int count,
                           std::vector<cublasLtMatmulHeuristicResult_t>* out) {
     out->clear();
     cublasLtMatmulPreference_t pref = nullptr;
-    KIMI_RETURN_IF_ERROR(LtStatus(cublasLtMatmulPreferenceCreate(&pref), "preference"));
+    KIMI_RETURN_IF_ERROR(LtStatus(Lt().MatmulPreferenceCreate(&pref), "preference"));
     const uint64_t ws = static_cast<uint64_t>(workspace.bytes());
-    absl::Status st = LtStatus(cublasLtMatmulPreferenceSetAttribute(
+    absl::Status st = LtStatus(Lt().MatmulPreferenceSetAttribute(
                                    pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
                                "workspace preference");
     const uint32_t aligns[4] = {s.align_a, s.align_b, s.align_c, s.align_c};
@@ -115,13 +121,13 @@ struct Gemm::Impl {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     for (int i = 0; i < 4 && st.ok(); ++i) {
-      st = LtStatus(cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &aligns[i], sizeof aligns[i]),
+      st = LtStatus(Lt().MatmulPreferenceSetAttribute(pref, attrs[i], &aligns[i], sizeof aligns[i]),
                     "alignment preference");
     }
     if (st.ok()) {
       std::vector<cublasLtMatmulHeuristicResult_t> r(count);
       int returned = 0;
-      const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(handle, d.op, d.a, d.b, d.c, d.c, pref,
+      const cublasStatus_t hs = Lt().MatmulAlgoGetHeuristic(handle, d.op, d.a, d.b, d.c, d.c, pref,
                                                                count, r.data(), &returned);
       // NOT_SUPPORTED means no algorithm for this shape: an empty list, not an error.
       if (hs != CUBLAS_STATUS_NOT_SUPPORTED) st = LtStatus(hs, "cublasLtMatmulAlgoGetHeuristic");
@@ -129,7 +135,7 @@ struct Gemm::Impl {
         if (r[i].state == CUBLAS_STATUS_SUCCESS) out->push_back(r[i]);
       }
     }
-    cublasLtMatmulPreferenceDestroy(pref);
+    Lt().MatmulPreferenceDestroy(pref);
     return st;
   }
 
@@ -138,7 +144,7 @@ struct Gemm::Impl {
     Descs d;
     if (!d.Init(s).ok()) return false;
     cublasLtMatmulHeuristicResult_t r{};
-    if (cublasLtMatmulAlgoCheck(handle, d.op, d.a, d.b, d.c, d.c, &algo, &r) != CUBLAS_STATUS_SUCCESS) {
+    if (Lt().MatmulAlgoCheck(handle, d.op, d.a, d.b, d.c, d.c, &algo, &r) != CUBLAS_STATUS_SUCCESS) {
       return false;
     }
     if (ws) *ws = r.workspaceSize;
@@ -159,9 +165,9 @@ struct Gemm::Impl {
       int32_t splitk = 1;
       uint32_t reduction = 0;
       size_t written = 0;
-      if (cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+      if (Lt().MatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
                                                sizeof splitk, &written) != CUBLAS_STATUS_SUCCESS ||
-          cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+          Lt().MatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
                                                &reduction, sizeof reduction,
                                                &written) != CUBLAS_STATUS_SUCCESS) {
         continue;
@@ -215,7 +221,7 @@ struct Gemm::Impl {
   absl::Status Run(const Plan& p, float* y, const uint16_t* x, const uint16_t* w, bool accumulate,
                    const cublasLtMatmulAlgo_t* algo, size_t ws, cudaStream_t stream) {
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    return LtStatus(cublasLtMatmul(handle, p.d->op, &alpha, w, p.d->a, x, p.d->b, &beta, y, p.d->c, y,
+    return LtStatus(Lt().Matmul(handle, p.d->op, &alpha, w, p.d->a, x, p.d->b, &beta, y, p.d->c, y,
                                    p.d->c, algo, workspace.get(), ws, stream),
                     "cublasLtMatmul");
   }
@@ -227,7 +233,11 @@ Gemm::~Gemm() = default;
 absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(const Options& options) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  KIMI_RETURN_IF_ERROR(LtStatus(cublasLtCreate(&impl->handle), "cublasLtCreate"));
+  if (options.use_library) {
+    absl::StatusOr<const CublasLtApi*> lt = LoadCublasLt();
+    if (!lt.ok()) return lt.status();
+    KIMI_RETURN_IF_ERROR(LtStatus(Lt().Create(&impl->handle), "cublasLtCreate"));
+  }
   absl::StatusOr<DeviceBuffer> ws = DeviceBuffer::Allocate(options.workspace_bytes);
   if (!ws.ok()) return ws.status();
   impl->workspace = std::move(*ws);
