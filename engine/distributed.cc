@@ -197,6 +197,7 @@ absl::Status FollowerLoop(const Model& model, EngineComms comms,
   MlaKvCache kv(model.config(), options.pages, options.page_size);
   StateStore store(&kda, &kv);
   EngineState state{&kda, &kv};
+  StepOutput out;  // kept between steps: its buffers are reused
   for (;;) {
     auto bytes = ReceiveMessage(comms.world);
     if (!bytes.ok()) {
@@ -210,7 +211,6 @@ absl::Status FollowerLoop(const Model& model, EngineComms comms,
     if (m->command == Command::kStop) return absl::OkStatus();
     if (m->command == Command::kHeartbeat) continue;
     const std::vector<SequenceStep> batch = m->Batch();
-    StepOutput out;
     if (absl::Status s = engine.Step(batch, state, &out); !s.ok()) return s;
   }
 }

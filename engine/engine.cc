@@ -157,6 +157,13 @@ absl::Status Engine::Step(std::span<const SequenceStep> batch, EngineState& stat
     if (part + 1 == parts) {
       while (end < batch.size()) tokens_done += static_cast<int64_t>(batch[end++].tokens.size());
     }
+    // One part (no pipeline) writes the caller's buffer directly: a caller that keeps its
+    // StepOutput between steps reuses the memory of up to batch x vocab floats.
+    if (parts == 1) {
+      if (absl::Status s = RunStage(batch, state, &out->logits, &out->moe); !s.ok()) return s;
+      begin = end;
+      continue;
+    }
     std::vector<float> logits;
     if (absl::Status s = RunStage(batch.subspan(begin, end - begin), state, &logits, &out->moe);
         !s.ok()) {

@@ -163,7 +163,8 @@ bool EngineLoop::RunOnce() {
          : step.prefill_tokens) += s.count;
   }
   const Clock::time_point t1 = Clock::now();
-  StepOutput out;
+  StepOutput& out = step_out_;
+  out.moe.clear();  // moved out below; a runner that reports no MoE statistics leaves it empty
   const absl::Status status = runner_->Run(plan.batch, &out);
   const Clock::time_point t2 = Clock::now();
   if (!status.ok() && status.code() != absl::StatusCode::kInvalidArgument && config_.on_fatal) {

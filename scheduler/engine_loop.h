@@ -106,6 +106,7 @@ class EngineLoop {
   const Model& model_;
   LoopConfig config_;
   std::unique_ptr<StepRunner> runner_;
+  StepOutput step_out_;  // the engine thread's, kept between steps so its buffers are reused
   std::unique_ptr<Scheduler> scheduler_;
   int64_t concurrency_ = 0;
   std::map<std::string, Live> live_;  // engine thread only

@@ -72,8 +72,7 @@ class DecodeBatch {
       batch[i].logits = LogitsWanted::kLast;
     }
     EngineState state{&kda_, &kv_};
-    StepOutput out;
-    if (absl::Status s = engine_.Step(batch, state, &out); !s.ok()) {
+    if (absl::Status s = engine_.Step(batch, state, &out_); !s.ok()) {
       std::fprintf(stderr, "[bench] engine step failed: %s\n", std::string(s.message()).c_str());
       std::abort();
     }
@@ -84,6 +83,7 @@ class DecodeBatch {
   KdaStatePool kda_;
   MlaKvCache kv_;
   Engine engine_;
+  StepOutput out_;  // kept between steps, as the engine loop keeps its own
   int n_;
   std::vector<std::vector<int32_t>> pages_;
   std::vector<int64_t> pos_;

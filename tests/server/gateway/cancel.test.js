@@ -28,9 +28,9 @@ const h = require('./harness');
   }
 
   async function expectCancelled(before, count) {
-    await h.waitFor(async () => (await cancels()) === before + count, 10000,
+    await h.waitFor(async () => (await cancels()) === before + count, 30000,
                     `client_cancel to reach ${before + count}`);
-    await h.waitFor(async () => (await slotsUsed()) === 0, 10000, 'state slots to be freed');
+    await h.waitFor(async () => (await slotsUsed()) === 0, 30000, 'state slots to be freed');
     const text = await h.scrape(server);
     assert.strictEqual(h.metric(text, 'kimi_mla_kv_pages{state="used"}'), 0);
     assert.strictEqual(h.metric(text, 'kimi_requests_running'), 0);
@@ -57,7 +57,7 @@ const h = require('./harness');
       const abort = new AbortController();
       const pending = client.completions.create({ ...long, prompt: 'never read' },
                                                 { signal: abort.signal });
-      await h.waitFor(async () => (await slotsUsed()) === 1, 10000, 'the request to run');
+      await h.waitFor(async () => (await slotsUsed()) === 1, 30000, 'the request to run');
       abort.abort();
       await assert.rejects(pending, (e) => e instanceof h.OpenAI.APIUserAbortError);
       await expectCancelled(before, 1);
