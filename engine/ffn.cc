@@ -35,26 +35,36 @@ struct ExpertJob {
   double cost;
 };
 
-// Runs the jobs either one at a time with each MatMul split over the threads, or -- when there are
-// several of similar size, as in decode -- whole jobs side by side, one thread each (a decode
-// step's experts are too small to split well). Each job's result is the same either way.
+// Runs the jobs: those larger than a thread's fair share (a shared expert beside decode-sized
+// routed ones) one at a time, each MatMul split over the threads; the others -- a decode step's
+// experts, too small to split well -- side by side, one thread each, packed longest first onto
+// the least loaded thread, when that packing is balanced (else one at a time too). Each job's
+// result is the same whichever way it runs.
 void RunExpertJobs(const ModelConfig& c, std::vector<ExpertJob>& jobs) {
   const int threads = cpu::ThreadPool::Global().num_threads();
+  double total = 0.0;
+  for (const ExpertJob& j : jobs) total += j.cost;
+  std::vector<int> small;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (threads > 1 && jobs[i].cost <= total / threads) {
+      small.push_back(static_cast<int>(i));
+    } else {
+      GatedMlp(c, *jobs[i].w, jobs[i].in, jobs[i].out, jobs[i].n);
+    }
+  }
   std::vector<std::vector<int>> bins(threads);
   std::vector<double> load(threads, 0.0);
-  std::vector<int> order(jobs.size());
-  for (size_t i = 0; i < jobs.size(); ++i) order[i] = static_cast<int>(i);
-  std::stable_sort(order.begin(), order.end(),
+  std::stable_sort(small.begin(), small.end(),
                    [&](int a, int b) { return jobs[a].cost > jobs[b].cost; });
-  double total = 0.0;
-  for (int i : order) {  // longest job first onto the least loaded thread
+  double small_total = 0.0;
+  for (int i : small) {
     const int t = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
     bins[t].push_back(i);
     load[t] += jobs[i].cost;
-    total += jobs[i].cost;
+    small_total += jobs[i].cost;
   }
   const double worst = *std::max_element(load.begin(), load.end());
-  if (threads > 1 && jobs.size() > 1 && worst <= 1.25 * total / threads) {
+  if (small.size() > 1 && worst <= 1.25 * small_total / threads) {
     cpu::ParallelFor(threads, 1, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         for (int i : bins[t]) GatedMlp(c, *jobs[i].w, jobs[i].in, jobs[i].out, jobs[i].n);
@@ -62,7 +72,7 @@ void RunExpertJobs(const ModelConfig& c, std::vector<ExpertJob>& jobs) {
     });
     return;
   }
-  for (ExpertJob& j : jobs) GatedMlp(c, *j.w, j.in, j.out, j.n);
+  for (int i : small) GatedMlp(c, *jobs[i].w, jobs[i].in, jobs[i].out, jobs[i].n);
 }
 
 double JobCost(const MlpWeights& w, int64_t n) {
