@@ -19,45 +19,8 @@ absl::Status Validate(const ModelConfig& c, std::span<const SequenceStep> batch,
   const bool has_mla = c.StageLayersOf(LayerKind::kMla) > 0;
   if (has_kda && !state.kda) return absl::InvalidArgumentError("Step: no KDA state pool");
   if (has_mla && !state.kv) return absl::InvalidArgumentError("Step: no MLA KV cache");
-  std::vector<char> slot_used(has_kda ? state.kda->num_slots() : 0, 0);
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const SequenceStep& s = batch[i];
-    const auto where = [&] { return absl::StrCat("Step: sequence ", i, ": "); };
-    if (s.tokens.empty()) return absl::InvalidArgumentError(absl::StrCat(where(), "no tokens"));
-    if (s.pos0 < 0) return absl::InvalidArgumentError(absl::StrCat(where(), "pos0 < 0"));
-    for (int32_t id : s.tokens) {
-      if (id < 0 || id >= c.vocab) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where(), "token id ", id, " outside [0, ", c.vocab, ")"));
-      }
-    }
-    if (has_kda) {
-      if (s.kda_slot < 0 || s.kda_slot >= state.kda->num_slots()) {
-        return absl::InvalidArgumentError(absl::StrCat(where(), "KDA slot ", s.kda_slot,
-                                                       " outside the pool"));
-      }
-      if (slot_used[s.kda_slot]++) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where(), "KDA slot ", s.kda_slot, " used twice in one step"));
-      }
-    }
-    if (has_mla) {
-      const int64_t end = s.pos0 + static_cast<int64_t>(s.tokens.size());
-      const int64_t needed = (end + state.kv->page_size() - 1) / state.kv->page_size();
-      if (static_cast<int64_t>(s.pages.size()) < needed) {
-        return absl::InvalidArgumentError(absl::StrCat(where(), "page table has ", s.pages.size(),
-                                                       " pages, positions up to ", end,
-                                                       " need ", needed));
-      }
-      for (int64_t p = 0; p < needed; ++p) {
-        if (s.pages[p] < 0 || s.pages[p] >= state.kv->num_pages()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(where(), "page ", s.pages[p], " outside the cache"));
-        }
-      }
-    }
-  }
-  return absl::OkStatus();
+  return ValidateBatch(c, batch, has_kda ? state.kda->num_slots() : 0,
+                       has_mla ? state.kv->num_pages() : 0, has_mla ? state.kv->page_size() : 1);
 }
 
 // Kimi K3's Block Attention Residuals replace h = h + f(h) (KIMI_K3.md 5.1). `hidden` holds the
@@ -148,7 +111,8 @@ absl::Status Engine::Step(std::span<const SequenceStep> batch, EngineState& stat
   for (size_t part = 0; part < parts; ++part) {
     // Contiguous groups of about equal token counts.
     size_t end = begin;
-    const int64_t target = total_tokens * static_cast<int64_t>(part + 1) / static_cast<int64_t>(parts);
+    const int64_t target =
+        total_tokens * static_cast<int64_t>(part + 1) / static_cast<int64_t>(parts);
     while (end < batch.size() && (tokens_done < target || end == begin) &&
            batch.size() - end > parts - part - 1) {
       tokens_done += static_cast<int64_t>(batch[end].tokens.size());
@@ -177,16 +141,17 @@ absl::Status Engine::Step(std::span<const SequenceStep> batch, EngineState& stat
   if (sh.layout.pp > 1) {
     int64_t n = 0;
     for (const SequenceStep& s : batch) {
-      n += s.logits == LogitsWanted::kAll ? static_cast<int64_t>(s.tokens.size())
-           : s.logits == LogitsWanted::kLast ? 1 : 0;
+      n += s.logits == LogitsWanted::kAll    ? static_cast<int64_t>(s.tokens.size())
+           : s.logits == LogitsWanted::kLast ? 1
+                                             : 0;
     }
     if (sh.last_stage() && sh.local == 0) {
       return comms_.world->Send(out->logits.data(), n * c.vocab * 4, 0, kTagLogits);
     }
     if (sh.rank == 0) {
       out->logits.resize(n * c.vocab);
-      return comms_.world->Recv(out->logits.data(), n * c.vocab * 4,
-                                sh.RankOf(sh.layout.pp - 1, 0), kTagLogits);
+      return comms_.world->Recv(out->logits.data(), n * c.vocab * 4, sh.RankOf(sh.layout.pp - 1, 0),
+                                kTagLogits);
     }
     out->logits.clear();
   }
@@ -203,8 +168,8 @@ absl::Status Engine::RunStage(std::span<const SequenceStep> batch, EngineState& 
   StepLayout layout;
   std::vector<int32_t> tokens;
   for (const SequenceStep& s : batch) {
-    layout.seqs.push_back(SeqSpan{layout.tokens, static_cast<int64_t>(s.tokens.size()), s.pos0,
-                                  s.kda_slot, s.pages});
+    layout.seqs.push_back(
+        SeqSpan{layout.tokens, static_cast<int64_t>(s.tokens.size()), s.pos0, s.kda_slot, s.pages});
     layout.tokens += static_cast<int64_t>(s.tokens.size());
     tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
   }
@@ -238,8 +203,8 @@ absl::Status Engine::RunStage(std::span<const SequenceStep> batch, EngineState& 
     }
     if (r.attn_res()) {
       r.banked = (sh.first_layer + c.attn_res_block - 1) / c.attn_res_block;
-      if (absl::Status s = comms_.world->Recv(r.bank.data(), T * r.stride() * 4, prev,
-                                              kTagActivations);
+      if (absl::Status s =
+              comms_.world->Recv(r.bank.data(), T * r.stride() * 4, prev, kTagActivations);
           !s.ok()) {
         return s;
       }
@@ -252,12 +217,11 @@ absl::Status Engine::RunStage(std::span<const SequenceStep> batch, EngineState& 
     const float* in = r.Input(L.attn_res_attn);
     const bool restart = r.CloseBlockIfDue(l);
     cpu::RmsNorm(normed.data(), in, L.input_norm, T, d, c.rms_eps);
-    const absl::Status mixed =
-        c.layer_kinds[l] == LayerKind::kKda
-            ? layers::Kda(c, L.kda, c.StageIndex(l), normed.data(), y.data(), layout, *state.kda,
-                          split)
-            : layers::Mla(c, L.mla, c.StageIndex(l), normed.data(), y.data(), layout, *state.kv,
-                          split);
+    const absl::Status mixed = c.layer_kinds[l] == LayerKind::kKda
+                                   ? layers::Kda(c, L.kda, c.StageIndex(l), normed.data(), y.data(),
+                                                 layout, *state.kda, split)
+                                   : layers::Mla(c, L.mla, c.StageIndex(l), normed.data(), y.data(),
+                                                 layout, *state.kv, split);
     if (!mixed.ok()) return mixed;
     r.Add(y.data(), restart);
 

@@ -29,6 +29,12 @@ struct SequenceStep {
   LogitsWanted logits = LogitsWanted::kLast;
 };
 
+// The checks every step runner makes before touching state: token ids inside the vocabulary,
+// positions in range, KDA slots inside the pool and used once, page tables covering every
+// position with pages inside the cache. Pools a model lacks are not checked (pass 0).
+absl::Status ValidateBatch(const ModelConfig& config, std::span<const SequenceStep> batch,
+                           int64_t num_slots, int64_t num_pages, int64_t page_size);
+
 struct EngineState {
   KdaStatePool* kda = nullptr;
   MlaKvCache* kv = nullptr;
@@ -46,9 +52,9 @@ struct MoeLayerStats {
 
 struct StepOutput {
   int64_t vocab = 0;
-  std::vector<float> logits;         // [rows, vocab], fp32
-  std::vector<int64_t> first_row;    // per sequence: its first row in `logits`, -1 if none
-  std::vector<MoeLayerStats> moe;    // this rank's MoE layers (one entry per layer and micro-batch)
+  std::vector<float> logits;       // [rows, vocab], fp32
+  std::vector<int64_t> first_row;  // per sequence: its first row in `logits`, -1 if none
+  std::vector<MoeLayerStats> moe;  // this rank's MoE layers (one entry per layer and micro-batch)
 };
 
 // The collectives of a sharded engine (see engine/parallel.h); unused in one process.
@@ -73,8 +79,7 @@ class Engine {
   // InvalidArgument before any state is touched. Sharded: every rank calls Step with the same
   // batch; rank 0 gets the logits (other ranks return none), and a failed collective returns
   // its status (the caller ends the job: the ranks are out of step).
-  absl::Status Step(std::span<const SequenceStep> batch, EngineState& state,
-                    StepOutput* out) const;
+  absl::Status Step(std::span<const SequenceStep> batch, EngineState& state, StepOutput* out) const;
 
   const Model& model() const { return model_; }
   const EngineOptions& options() const { return options_; }

@@ -1,10 +1,10 @@
 #include "engine/cuda/cuda_step_runner.h"
 
-#include <cuda_runtime_api.h>
-
 #include <algorithm>
 #include <map>
 #include <set>
+
+#include <cuda_runtime_api.h>
 
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/device_model.h"
@@ -37,55 +37,6 @@ class CudaStateSink final : public StateOpSink {
   absl::Status* sticky_;
 };
 
-// Engine::Step's checks (engine/engine.cc), so a bad batch fails before any state is touched.
-absl::Status Validate(const ModelConfig& c, std::span<const SequenceStep> batch,
-                      int64_t num_slots, int64_t num_pages, int64_t page_size) {
-  const bool has_kda = c.StageLayersOf(LayerKind::kKda) > 0;
-  const bool has_mla = c.StageLayersOf(LayerKind::kMla) > 0;
-  std::vector<char> slot_used(has_kda ? num_slots : 0, 0);
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const SequenceStep& s = batch[i];
-    const auto where = [&] { return absl::StrCat("Step: sequence ", i, ": "); };
-    if (s.tokens.empty()) return absl::InvalidArgumentError(absl::StrCat(where(), "no tokens"));
-    if (s.pos0 < 0) return absl::InvalidArgumentError(absl::StrCat(where(), "pos0 < 0"));
-    if (s.pos0 + static_cast<int64_t>(s.tokens.size()) > 0x7fffffff) {
-      return absl::InvalidArgumentError(absl::StrCat(where(), "position beyond 2^31"));
-    }
-    for (int32_t id : s.tokens) {
-      if (id < 0 || id >= c.vocab) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where(), "token id ", id, " outside [0, ", c.vocab, ")"));
-      }
-    }
-    if (has_kda) {
-      if (s.kda_slot < 0 || s.kda_slot >= num_slots) {
-        return absl::InvalidArgumentError(absl::StrCat(where(), "KDA slot ", s.kda_slot,
-                                                       " outside the pool"));
-      }
-      if (slot_used[s.kda_slot]++) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where(), "KDA slot ", s.kda_slot, " used twice in one step"));
-      }
-    }
-    if (has_mla) {
-      const int64_t end = s.pos0 + static_cast<int64_t>(s.tokens.size());
-      const int64_t needed = (end + page_size - 1) / page_size;
-      if (static_cast<int64_t>(s.pages.size()) < needed) {
-        return absl::InvalidArgumentError(absl::StrCat(where(), "page table has ", s.pages.size(),
-                                                       " pages, positions up to ", end,
-                                                       " need ", needed));
-      }
-      for (int64_t p = 0; p < needed; ++p) {
-        if (s.pages[p] < 0 || s.pages[p] >= num_pages) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(where(), "page ", s.pages[p], " outside the cache"));
-        }
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
 class CudaStepRunner final : public StepRunner {
  public:
   CudaStepRunner(const Model& model, int64_t slots, int64_t pages, int64_t page_size, int device,
@@ -111,8 +62,9 @@ class CudaStepRunner final : public StepRunner {
   absl::Status Init(int64_t slots, int64_t pages, int64_t page_size) {
     const int n = cuda::DeviceCount();
     if (device_ < 0 || device_ >= n) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "CUDA device ", device_, " not available (", n, " devices; ", cuda::DescribeDevice(), ")"));
+      return absl::FailedPreconditionError(absl::StrCat("CUDA device ", device_, " not available (",
+                                                        n, " devices; ", cuda::DescribeDevice(),
+                                                        ")"));
     }
     KIMI_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
     KIMI_RETURN_IF_ERROR(
@@ -132,9 +84,9 @@ class CudaStepRunner final : public StepRunner {
     absl::StatusOr<std::unique_ptr<cuda::Gemm>> g = cuda::Gemm::Create(go);
     if (!g.ok()) return g.status();
     gemm_ = std::move(*g);
-    forward_ = std::make_unique<gpu::Forward>(*dmodel_, *state_, *gemm_,
-                                              options_.fp32_activations ? cuda::GemmPrecision::kSplit
-                                                                        : cuda::GemmPrecision::kBf16);
+    forward_ = std::make_unique<gpu::Forward>(
+        *dmodel_, *state_, *gemm_,
+        options_.fp32_activations ? cuda::GemmPrecision::kSplit : cuda::GemmPrecision::kBf16);
     const int64_t graph_rows = std::max<int64_t>(options_.max_graph_batch, 1);
     bool moved = false;
     return forward_->Reserve(std::max(options_.reserve_tokens, graph_rows), graph_rows,
@@ -190,8 +142,8 @@ absl::Status CudaStepRunner::Launch(int64_t bucket, const gpu::StepShape& shape)
     if (seen_.count(bucket)) {
       cudaGraph_t graph = nullptr;
       cudaGraphExec_t exec = nullptr;
-      absl::Status s = CudaStatus(
-          cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");
+      absl::Status s = CudaStatus(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+                                  "begin capture");
       if (s.ok()) {
         const absl::Status enq = forward_->Enqueue(shape, stream_);
         const absl::Status end = CudaStatus(cudaStreamEndCapture(stream_, &graph), "end capture");
@@ -226,7 +178,9 @@ absl::Status CudaStepRunner::Run(std::span<const SequenceStep> batch, StepOutput
   }
   const ModelConfig& c = model_.config();
   const int64_t page_size = state_->page_size();
-  KIMI_RETURN_IF_ERROR(Validate(c, batch, state_->num_slots(), state_->num_pages(), page_size));
+  // Engine::Step's checks, so a bad batch fails before any device state is touched.
+  KIMI_RETURN_IF_ERROR(
+      ValidateBatch(c, batch, state_->num_slots(), state_->num_pages(), page_size));
   const bool has_mla = c.StageLayersOf(LayerKind::kMla) > 0;
   out->vocab = c.vocab;
   out->logits.clear();
@@ -317,10 +271,11 @@ absl::Status CudaStepRunner::Run(std::span<const SequenceStep> batch, StepOutput
                       "logits copy");
   }
   for (int64_t r = 0; r < n; ++r) {  // a decode graph computed a row per sequence
-    KIMI_RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpy(out->logits.data() + r * V, forward_->logits() + static_cast<int64_t>(rows[r]) * V,
-                   static_cast<size_t>(V * 4), cudaMemcpyDeviceToHost),
-        "logits copy"));
+    KIMI_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpy(out->logits.data() + r * V,
+                              forward_->logits() + static_cast<int64_t>(rows[r]) * V,
+                              static_cast<size_t>(V * 4), cudaMemcpyDeviceToHost),
+                   "logits copy"));
   }
   return absl::OkStatus();
 }
@@ -332,8 +287,8 @@ absl::StatusOr<std::unique_ptr<StepRunner>> MakeCudaStepRunner(const Model& mode
                                                                int device,
                                                                const CudaRunnerOptions& options) {
   if (page_size <= 0 || slots < 0 || pages < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("MakeCudaStepRunner: ", slots, " slots, ", pages,
-                                                   " pages of ", page_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("MakeCudaStepRunner: ", slots, " slots, ", pages, " pages of ", page_size));
   }
   auto runner = std::make_unique<CudaStepRunner>(model, slots, pages, page_size, device, options);
   KIMI_RETURN_IF_ERROR(runner->Init(slots, pages, page_size));
