@@ -9,8 +9,7 @@
 
 namespace kimi::layers {
 
-void GatedMlp(const ModelConfig& c, const MlpWeights& w, const float* x, float* out,
-              int64_t rows) {
+void GatedMlp(const ModelConfig& c, const MlpWeights& w, const float* x, float* out, int64_t rows) {
   using namespace kimi::cpu;
   const int64_t I = w.gate.rows;
   std::vector<float> gate(rows * I), up(rows * I);
@@ -37,9 +36,9 @@ struct ExpertJob {
 
 // Runs the jobs: those larger than a thread's fair share (a shared expert beside decode-sized
 // routed ones) one at a time, each MatMul split over the threads; the others -- a decode step's
-// experts, too small to split well -- side by side, one thread each, packed longest first onto
-// the least loaded thread, when that packing is balanced (else one at a time too). Each job's
-// result is the same whichever way it runs.
+// experts, too small to split well -- side by side, one thread each, longest first, when a
+// longest-first packing of them is balanced (else one at a time too). Each job's result is the
+// same whichever way it runs.
 void RunExpertJobs(const ModelConfig& c, std::vector<ExpertJob>& jobs) {
   const int threads = cpu::ThreadPool::Global().num_threads();
   double total = 0.0;
@@ -52,24 +51,26 @@ void RunExpertJobs(const ModelConfig& c, std::vector<ExpertJob>& jobs) {
       GatedMlp(c, *jobs[i].w, jobs[i].in, jobs[i].out, jobs[i].n);
     }
   }
-  std::vector<std::vector<int>> bins(threads);
   std::vector<double> load(threads, 0.0);
   std::stable_sort(small.begin(), small.end(),
                    [&](int a, int b) { return jobs[a].cost > jobs[b].cost; });
   double small_total = 0.0;
   for (int i : small) {
-    const int t = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
-    bins[t].push_back(i);
-    load[t] += jobs[i].cost;
+    *std::min_element(load.begin(), load.end()) += jobs[i].cost;
     small_total += jobs[i].cost;
   }
   const double worst = *std::max_element(load.begin(), load.end());
   if (small.size() > 1 && worst <= 1.25 * small_total / threads) {
-    cpu::ParallelFor(threads, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t) {
-        for (int i : bins[t]) GatedMlp(c, *jobs[i].w, jobs[i].in, jobs[i].out, jobs[i].n);
-      }
-    });
+    // Longest first, each job to the next free thread: the packing above only decides whether
+    // side by side pays; handing jobs out as threads free up absorbs cost estimates that are off
+    // (MXFP4 decode, cache misses) and a descheduled thread on a shared host.
+    cpu::ThreadPool::Global().ParallelForChunks(static_cast<int64_t>(small.size()), 1,
+                                                [&](int64_t begin, int64_t end) {
+                                                  for (int64_t s = begin; s < end; ++s) {
+                                                    const ExpertJob& j = jobs[small[s]];
+                                                    GatedMlp(c, *j.w, j.in, j.out, j.n);
+                                                  }
+                                                });
     return;
   }
   for (int i : small) GatedMlp(c, *jobs[i].w, jobs[i].in, jobs[i].out, jobs[i].n);
@@ -141,8 +142,8 @@ absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, floa
     const int64_t n = first[e + 1] - first[e];
     if (n == 0 || !w.experts[e].gate.data) continue;  // none here, or not bound on this rank
     for (int64_t i = 0; i < n; ++i) std::copy_n(z + mine[e][i] / k * D, D, &in[(first[e] + i) * D]);
-    jobs.push_back({&w.experts[e], &in[first[e] * D], &res[first[e] * D], n,
-                    JobCost(w.experts[e], n)});
+    jobs.push_back(
+        {&w.experts[e], &in[first[e] * D], &res[first[e] * D], n, JobCost(w.experts[e], n)});
   }
   std::vector<float> shared;
   if (w.shared.gate.data) {
