@@ -138,10 +138,11 @@ absl::Status Forward::Mla(const DeviceLayer& L, int64_t mla_index, const StepSha
   }
   if (m.output_gate) KIMI_RETURN_IF_ERROR(Linear(mgate_, H * vd, normed_, d, w.g_proj, T, st));
   // c_kv normalised in place; k_pe (the last rope columns) is not.
-  KIMI_RETURN_IF_ERROR(cuda::RmsNorm(latent_, width, latent_, width, w.kv_a_norm, T, R, m.norm_eps, st));
+  KIMI_RETURN_IF_ERROR(
+      cuda::RmsNorm(latent_, width, latent_, width, w.kv_a_norm, T, R, m.norm_eps, st));
   // qa [T, H, R + rope] = (W_UK_h^T q_nope | q_pe).
-  KIMI_RETURN_IF_ERROR(cuda::WeightGemmBatched(qa_, H * width, width, q_, H * qk, qk, w.uk_t, R, R,
-                                               T, H, st));
+  KIMI_RETURN_IF_ERROR(
+      cuda::WeightGemmBatched(qa_, H * width, width, q_, H * qk, qk, w.uk_t, R, R, T, H, st));
   KIMI_RETURN_IF_ERROR(cuda::CopyRows(qa_ + R, width, q_ + nope, qk, nullptr, T * H, rope, st));
   float* pool = state_.Kv(mla_index);
   KIMI_RETURN_IF_ERROR(cuda::MlaWriteCache(pool, latent_, width, b, width, state_.page_size(), st));
@@ -162,10 +163,10 @@ absl::Status Forward::Mlp(const DeviceMlp& w, const float* x, float* out, int64_
   const int64_t I = w.gate.rows, in = w.gate.cols;
   KIMI_RETURN_IF_ERROR(Linear(fg_, I, x, in, w.gate, rows, st));
   KIMI_RETURN_IF_ERROR(Linear(fu_, I, x, in, w.up, rows, st));
-  KIMI_RETURN_IF_ERROR(c.activation == Activation::kSituGlu
-                           ? cuda::SituGlu(fg_, fg_, fu_, rows * I, c.situ_beta,
-                                           c.situ_linear_beta, st)
-                           : cuda::SiluGlu(fg_, fg_, fu_, rows * I, st));
+  KIMI_RETURN_IF_ERROR(
+      c.activation == Activation::kSituGlu
+          ? cuda::SituGlu(fg_, fg_, fu_, rows * I, c.situ_beta, c.situ_linear_beta, st)
+          : cuda::SiluGlu(fg_, fg_, fu_, rows * I, st));
   return Linear(out, w.down.rows, fg_, I, w.down, rows, st);
 }
 
@@ -178,8 +179,10 @@ absl::Status Forward::Moe(const DeviceMoe& w, const float* x, float* out, int64_
   const MoeConfig& m = c.moe;
   const int64_t T = rows, d = c.hidden, E = m.num_experts, k = m.top_k, D = c.ExpertDim();
   const int64_t I = w.expert_rows;
-  KIMI_RETURN_IF_ERROR(gemm_.Linear(router_, E, x, d, w.router, T, cuda::GemmPrecision::kSplit, st));
-  const cpu::MoeRouteParams route{E, k, m.num_groups, m.topk_groups, m.renormalize, m.routed_scaling};
+  KIMI_RETURN_IF_ERROR(
+      gemm_.Linear(router_, E, x, d, w.router, T, cuda::GemmPrecision::kSplit, st));
+  const cpu::MoeRouteParams route{
+      E, k, m.num_groups, m.topk_groups, m.renormalize, m.routed_scaling};
   KIMI_RETURN_IF_ERROR(cuda::MoeRoute(ids_, route_w_, router_, w.bias, T, route, st));
   const float* z = x;
   if (m.latent_dim > 0) {
@@ -196,17 +199,20 @@ absl::Status Forward::Moe(const DeviceMoe& w, const float* x, float* out, int64_
   plan.num_tiles = num_tiles_;
   const int64_t tiles = cuda::MoeMaxTiles(T, k, E, cuda::kWeightGemmTileRows);
   KIMI_RETURN_IF_ERROR(cuda::MoePermute(plan, ids_, T, k, E, cuda::kWeightGemmTileRows, st));
+  // y [T * k, n] = x [T * k, ldx] times each row's own expert of `experts`, over the plan's tiles.
+  const auto grouped = [&](float* y, int64_t n, const float* xin, int64_t ldx,
+                           const Weight& experts) {
+    return cuda::WeightGemmGrouped(y, n, xin, ldx, experts, n, tile_group_, tile_row0_,
+                                   tile_row_end_, num_tiles_, tiles, st);
+  };
   KIMI_RETURN_IF_ERROR(cuda::CopyRows(xs_, D, z, D, sorted_token_, T * k, D, st));
-  KIMI_RETURN_IF_ERROR(cuda::WeightGemmGrouped(eg_, I, xs_, D, w.experts_gate, I, tile_group_,
-                                               tile_row0_, tile_row_end_, num_tiles_, tiles, st));
-  KIMI_RETURN_IF_ERROR(cuda::WeightGemmGrouped(eu_, I, xs_, D, w.experts_up, I, tile_group_,
-                                               tile_row0_, tile_row_end_, num_tiles_, tiles, st));
-  KIMI_RETURN_IF_ERROR(c.activation == Activation::kSituGlu
-                           ? cuda::SituGlu(eg_, eg_, eu_, T * k * I, c.situ_beta,
-                                           c.situ_linear_beta, st)
-                           : cuda::SiluGlu(eg_, eg_, eu_, T * k * I, st));
-  KIMI_RETURN_IF_ERROR(cuda::WeightGemmGrouped(res_, D, eg_, I, w.experts_down, D, tile_group_,
-                                               tile_row0_, tile_row_end_, num_tiles_, tiles, st));
+  KIMI_RETURN_IF_ERROR(grouped(eg_, I, xs_, D, w.experts_gate));
+  KIMI_RETURN_IF_ERROR(grouped(eu_, I, xs_, D, w.experts_up));
+  KIMI_RETURN_IF_ERROR(
+      c.activation == Activation::kSituGlu
+          ? cuda::SituGlu(eg_, eg_, eu_, T * k * I, c.situ_beta, c.situ_linear_beta, st)
+          : cuda::SiluGlu(eg_, eg_, eu_, T * k * I, st));
+  KIMI_RETURN_IF_ERROR(grouped(res_, D, eg_, I, w.experts_down));
   if (m.latent_dim > 0) {
     KIMI_RETURN_IF_ERROR(cuda::MoeCombine(ycomb_, res_, ids_, route_w_, row_of_, T, k, D, st));
     if (m.latent_norm) {
