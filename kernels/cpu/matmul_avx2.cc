@@ -32,7 +32,10 @@ struct Bf16Split {
   using T = uint16_t;
   // A bf16 pair per 32-bit word: the even element in the low half.
   KIMI_ALWAYS_INLINE static void Apply(const uint16_t* p, __m256& e, __m256& o) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    // One load: GCC otherwise loads the 32 bytes again as the AND's memory operand (a third
+    // fewer bytes per cycle in the batch-1 stream, measured).
+    __asm__("" : "+x"(v));
     e = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
     o = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
   }
