@@ -14,6 +14,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/matmul_impl.h"
 #include <immintrin.h>
@@ -309,6 +310,166 @@ inline void RowStrip(const L& l, const Problem& p, int64_t i0, int64_t n0, int64
   for (; n < n1; ++n) HalfTile<MR, 1>(l.Rows(n), xp, p.kp, y, p.ldy, n, full, rem);
 }
 
+// --- Many x rows: outer-product tiles over an fp32 panel of W ------------------------------------
+// With enough x rows to amortise it, a chunk of kPanelRows W rows is converted once into an fp32
+// panel ordered by canonical lane: for lane J (0..15), block b and parity q (even, odd element),
+// the kPanelRows values W[n0 + r, 32b + 2J + q] side by side. A tile then keeps 2 x 8 outputs of
+// MR x rows per register (12 accumulators for MR = 6: twelve independent FMA chains, where the
+// dot-product tiles above have eight) and builds lane J's partial sums for all of them, lane
+// after lane; the canonical pairwise lane sum then runs on whole vectors. Every output sees the
+// same fused multiply-adds in the same order as in the tiles above, so results are identical.
+constexpr int64_t kPanelRows = 16;
+constexpr int64_t kPanelMinM = 32;  // below this, converting the panel costs more than it saves
+
+// c[t] = lane t of r[0..7] (an 8 x 8 transpose).
+KIMI_ALWAYS_INLINE void Transpose8(const __m256 (&r)[8], __m256 (&c)[8]) {
+  __m256 t[8], u[8];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+#pragma GCC unroll 2
+  for (int i = 0; i < 2; ++i) {
+    u[4 * i + 0] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
+    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    c[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    c[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+// The panel of W rows [n0, n0 + rows), rows <= kPanelRows (missing rows are zeros); nb blocks,
+// the last one partial when rem > 0. Eight rows at a time: each row's 8 even (odd) elements of a
+// half block are transposed into 8 lanes' vectors of 8 rows.
+template <class L>
+void PackPanel(const L& l, int64_t n0, int64_t rows, int64_t full, int rem, float* panel) {
+  const int64_t nb = full + (rem ? 1 : 0);
+  for (int64_t r0 = 0; r0 < kPanelRows; r0 += 8) {
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int h = 0; h < 2; ++h) {
+        __m256 e[8], o[8], te[8], to[8];
+        for (int r = 0; r < 8; ++r) {
+          if (r0 + r >= rows) {
+            e[r] = o[r] = _mm256_setzero_ps();
+          } else if (b < full) {
+            l.Rows(n0 + r0 + r).LoadHalf(0, b, h, e[r], o[r]);
+          } else {
+            l.Rows(n0 + r0 + r).LoadTailHalf(0, b, rem, h, e[r], o[r]);
+          }
+        }
+        Transpose8(e, te);
+        Transpose8(o, to);
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; ++t) {
+          const int64_t lane = 8 * h + t;
+          _mm256_store_ps(panel + ((lane * nb + b) * 2 + 0) * kPanelRows + r0, te[t]);
+          _mm256_store_ps(panel + ((lane * nb + b) * 2 + 1) * kPanelRows + r0, to[t]);
+        }
+      }
+    }
+  }
+}
+
+// y[i, n0 + c] for i < MR and c < cols (<= kPanelRows) from the panel.
+template <int MR>
+inline void PanelTile(const float* panel, int64_t nb, const float* xp, int64_t kp, float* y,
+                      int64_t ldy, int64_t n0, int64_t cols) {
+  alignas(32) float part[16][MR][kPanelRows];
+  for (int lane = 0; lane < 16; ++lane) {
+    __m256 acc[MR][2];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    const float* w = panel + lane * nb * 2 * kPanelRows;
+    const float* x = xp + lane;
+    for (int64_t b = 0; b < nb; ++b) {
+#pragma GCC unroll 2
+      for (int q = 0; q < 2; ++q) {
+        const __m256 w0 = _mm256_load_ps(w + (b * 2 + q) * kPanelRows);
+        const __m256 w1 = _mm256_load_ps(w + (b * 2 + q) * kPanelRows + 8);
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+          const __m256 xv = _mm256_broadcast_ss(x + i * kp + b * 32 + 16 * q);
+          acc[i][0] = _mm256_fmadd_ps(xv, w0, acc[i][0]);
+          acc[i][1] = _mm256_fmadd_ps(xv, w1, acc[i][1]);
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      _mm256_store_ps(part[lane][i], acc[i][0]);
+      _mm256_store_ps(part[lane][i] + 8, acc[i][1]);
+    }
+  }
+  // The canonical lane sum, lanes j += j + w for w = 8, 4, 2, 1, eight outputs at a time.
+  for (int i = 0; i < MR; ++i) {
+    for (int v = 0; v < 2; ++v) {
+      __m256 p[16];
+#pragma GCC unroll 16
+      for (int lane = 0; lane < 16; ++lane) p[lane] = _mm256_load_ps(part[lane][i] + 8 * v);
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) p[j] = _mm256_add_ps(p[j], p[j + 8]);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) p[j] = _mm256_add_ps(p[j], p[j + 4]);
+#pragma GCC unroll 2
+      for (int j = 0; j < 2; ++j) p[j] = _mm256_add_ps(p[j], p[j + 2]);
+      p[0] = _mm256_add_ps(p[0], p[1]);
+      float* out = y + i * ldy + n0 + 8 * v;
+      if (cols >= 8 * v + 8) {
+        _mm256_storeu_ps(out, p[0]);
+      } else {
+        alignas(32) float tmp[8];
+        _mm256_store_ps(tmp, p[0]);
+        for (int64_t c = 0; c < cols - 8 * v; ++c) out[c] = tmp[c];
+      }
+    }
+  }
+}
+
+template <class L>
+void PanelRange(const L& l, const Problem& p, int64_t n0, int64_t n1, int64_t full, int rem) {
+  const int64_t nb = full + (rem ? 1 : 0);
+  thread_local std::vector<float> buffer;
+  if (static_cast<int64_t>(buffer.size()) < 16 * nb * 2 * kPanelRows + 8) {
+    buffer.resize(16 * nb * 2 * kPanelRows + 8);
+  }
+  // 32-byte aligned for the panel loads.
+  float* panel = buffer.data() + (8 - (reinterpret_cast<uintptr_t>(buffer.data()) / 4) % 8) % 8;
+  for (int64_t c0 = n0; c0 < n1; c0 += kPanelRows) {
+    const int64_t cols = c0 + kPanelRows < n1 ? kPanelRows : n1 - c0;
+    PackPanel(l, c0, cols, full, rem, panel);
+    int64_t i = 0;
+    for (; i + 6 <= p.m; i += 6) {
+      PanelTile<6>(panel, nb, p.xp + i * p.kp, p.kp, p.y + i * p.ldy, p.ldy, c0, cols);
+    }
+    const float* xp = p.xp + i * p.kp;
+    float* y = p.y + i * p.ldy;
+    switch (p.m - i) {
+      case 5:
+        PanelTile<5>(panel, nb, xp, p.kp, y, p.ldy, c0, cols);
+        break;
+      case 4:
+        PanelTile<4>(panel, nb, xp, p.kp, y, p.ldy, c0, cols);
+        break;
+      case 3:
+        PanelTile<3>(panel, nb, xp, p.kp, y, p.ldy, c0, cols);
+        break;
+      case 2:
+        PanelTile<2>(panel, nb, xp, p.kp, y, p.ldy, c0, cols);
+        break;
+      case 1:
+        PanelTile<1>(panel, nb, xp, p.kp, y, p.ldy, c0, cols);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
 constexpr int64_t kChunk = 16;  // W rows per chunk: 16 x K stays in L2 while the x strips pass
 
 template <class L>
@@ -320,6 +481,10 @@ void RangeWith(const L& l, const Problem& p, int64_t n0, int64_t n1) {
       for (int64_t n = n0; n < n1; n += kPackRows) GroupTile(l.Rows(n), p.xp, p.y, n, full);
       return;
     }
+  }
+  if (p.m >= kPanelMinM) {
+    PanelRange(l, p, n0, n1, full, rem);
+    return;
   }
   // Blocks of x rows that stay in L2 while chunks of W pass every strip of 4 rows.
   int64_t mb = (int64_t{256} << 10) / (p.kp * 4);
