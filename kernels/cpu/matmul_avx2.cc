@@ -14,6 +14,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/matmul_impl.h"
@@ -310,6 +311,19 @@ inline void RowStrip(const L& l, const Problem& p, int64_t i0, int64_t n0, int64
   for (; n < n1; ++n) HalfTile<MR, 1>(l.Rows(n), xp, p.kp, y, p.ldy, n, full, rem);
 }
 
+// Calls f(std::integral_constant<int, rows>{}) for 0 < rows < N: the last, shorter strip of x rows
+// gets its own compile-time tile height. Nothing for rows == 0.
+template <int N, class F>
+KIMI_ALWAYS_INLINE void WithRemainder(int64_t rows, F&& f) {
+  if constexpr (N > 1) {
+    if (rows == N - 1) {
+      f(std::integral_constant<int, N - 1>{});
+    } else {
+      WithRemainder<N - 1>(rows, f);
+    }
+  }
+}
+
 // --- Many x rows: outer-product tiles over an fp32 panel of W ------------------------------------
 // With enough x rows to amortise it, a chunk of kPanelRows W rows is converted once into an fp32
 // panel ordered by canonical lane: for lane J (0..15), block b and parity q (even, odd element),
@@ -446,27 +460,10 @@ void PanelRange(const L& l, const Problem& p, int64_t n0, int64_t n1, int64_t fu
     for (; i + 6 <= p.m; i += 6) {
       PanelTile<6>(panel, nb, p.xp + i * p.kp, p.kp, p.y + i * p.ldy, p.ldy, c0, cols);
     }
-    const float* xp = p.xp + i * p.kp;
-    float* y = p.y + i * p.ldy;
-    switch (p.m - i) {
-      case 5:
-        PanelTile<5>(panel, nb, xp, p.kp, y, p.ldy, c0, cols);
-        break;
-      case 4:
-        PanelTile<4>(panel, nb, xp, p.kp, y, p.ldy, c0, cols);
-        break;
-      case 3:
-        PanelTile<3>(panel, nb, xp, p.kp, y, p.ldy, c0, cols);
-        break;
-      case 2:
-        PanelTile<2>(panel, nb, xp, p.kp, y, p.ldy, c0, cols);
-        break;
-      case 1:
-        PanelTile<1>(panel, nb, xp, p.kp, y, p.ldy, c0, cols);
-        break;
-      default:
-        break;
-    }
+    WithRemainder<6>(p.m - i, [&](auto mr) {
+      PanelTile<decltype(mr)::value>(panel, nb, p.xp + i * p.kp, p.kp, p.y + i * p.ldy, p.ldy, c0,
+                                     cols);
+    });
   }
 }
 
@@ -495,19 +492,8 @@ void RangeWith(const L& l, const Problem& p, int64_t n0, int64_t n1) {
       const int64_t c1 = c0 + kChunk < n1 ? c0 + kChunk : n1;
       int64_t i = i0;
       for (; i + 4 <= i1; i += 4) RowStrip<4>(l, p, i, c0, c1, full, rem);
-      switch (i1 - i) {
-        case 3:
-          RowStrip<3>(l, p, i, c0, c1, full, rem);
-          break;
-        case 2:
-          RowStrip<2>(l, p, i, c0, c1, full, rem);
-          break;
-        case 1:
-          RowStrip<1>(l, p, i, c0, c1, full, rem);
-          break;
-        default:
-          break;
-      }
+      WithRemainder<4>(i1 - i,
+                       [&](auto mr) { RowStrip<decltype(mr)::value>(l, p, i, c0, c1, full, rem); });
     }
   }
 }
