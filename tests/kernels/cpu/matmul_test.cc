@@ -1,12 +1,11 @@
 #include "kernels/cpu/matmul.h"
 
-#include "kernels/cpu/pack.h"
-#include "kernels/cpu/thread_pool.h"
-
 #include <cmath>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/pack.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/dtype.h"
 #include "tests/kernels/cpu/test_util.h"
 
@@ -72,8 +71,10 @@ Stored MakeWeight(WeightFormat f, int64_t n, int64_t k, uint32_t seed) {
 class MatMulTest : public ::testing::TestWithParam<WeightFormat> {};
 
 TEST_P(MatMulTest, MatchesDoubleReference) {
-  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 7, 64}, {3, 33, 96},
-                         {9, 128, 320}, {2, 5, 4096}}) {
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 7, 64},
+                         {3, 33, 96},
+                         {9, 128, 320},
+                         {2, 5, 4096}}) {
     const Stored s = MakeWeight(GetParam(), n, k, 11);
     const std::vector<float> x = testing::RandomVector(m * k, 12);
     std::vector<float> y(m * n);
@@ -119,8 +120,12 @@ TEST_P(MatMulTest, DequantizeRowIsTheStoredValue) {
 // shape (tile remainders in m and n, K tails, several x blocks); scalar may differ (no FMA).
 TEST_P(MatMulTest, IsasThreadsAndBatchesAgreeBitwise) {
   const Isa saved = MatMulIsa();
-  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 37, 7}, {5, 19, 33},
-                         {13, 70, 96}, {70, 29, 1000}, {130, 9, 1024}, {3, 4, 2048}}) {
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 37, 7},
+                         {5, 19, 33},
+                         {13, 70, 96},
+                         {70, 29, 1000},
+                         {130, 9, 1024},
+                         {3, 4, 2048}}) {
     if (GetParam() == WeightFormat::kMxfp4 && k % 32 != 0) continue;
     const Stored s = MakeWeight(GetParam(), n, k, 21);
     const std::vector<float> x = testing::RandomVector(m * k, 22);
@@ -153,8 +158,8 @@ TEST_P(MatMulTest, EveryIsaMatchesDoubleReference) {
   const Isa saved = MatMulIsa();
   for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kScalar}) {
     if (!SetMatMulIsa(isa)) continue;
-    for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 9, 64}, {6, 11, 160},
-                           {2, 3, 1024}}) {
+    for (auto [m, n, k] :
+         {std::tuple<int64_t, int64_t, int64_t>{1, 9, 64}, {6, 11, 160}, {2, 3, 1024}}) {
       const Stored s = MakeWeight(GetParam(), n, k, 31);
       const std::vector<float> x = testing::RandomVector(m * k, 32);
       std::vector<float> y(m * n);
@@ -177,8 +182,8 @@ TEST_P(MatMulTest, EveryIsaMatchesDoubleReference) {
 // The packed layout (kernels/cpu/pack.h) holds the same values and gives the same bits.
 TEST_P(MatMulTest, PackedEqualsUnpackedBitwise) {
   const Isa saved = MatMulIsa();
-  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 64, 256}, {3, 24, 1024},
-                         {37, 40, 96}}) {
+  for (auto [m, n, k] :
+       {std::tuple<int64_t, int64_t, int64_t>{1, 64, 256}, {3, 24, 1024}, {37, 40, 96}}) {
     const Stored s = MakeWeight(GetParam(), n, k, 41);
     Stored p = MakeWeight(GetParam(), n, k, 41);
     PackInPlace(&p.w);
@@ -201,7 +206,8 @@ TEST_P(MatMulTest, PackedEqualsUnpackedBitwise) {
         std::vector<float> v(m * kPackRows);
         MatMul(v.data(), x.data(), p.w.Rows(kPackRows, kPackRows), m);
         for (int64_t i = 0; i < m; ++i) {
-          for (int64_t j = 0; j < kPackRows; ++j) ASSERT_EQ(v[i * kPackRows + j], y[i * n + kPackRows + j]);
+          for (int64_t j = 0; j < kPackRows; ++j)
+            ASSERT_EQ(v[i * kPackRows + j], y[i * n + kPackRows + j]);
         }
       }
     }
@@ -214,8 +220,10 @@ TEST_P(MatMulTest, PackedEqualsUnpackedBitwise) {
 // any thread count.
 TEST(MatMul, Bf16ActivationsAreAccurateAndBatchInvariant) {
   if (!HasBf16DotProduct()) GTEST_SKIP() << "no AVX-512 BF16 on this machine";
-  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 24, 64}, {7, 40, 100},
-                         {70, 16, 1024}, {5, 33, 4096}}) {
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 24, 64},
+                         {7, 40, 100},
+                         {70, 16, 1024},
+                         {5, 33, 4096}}) {
     const Stored s = MakeWeight(WeightFormat::kBF16, n, k, 51);
     Stored p = MakeWeight(WeightFormat::kBF16, n, k, 51);
     PackInPlace(&p.w);
@@ -228,7 +236,8 @@ TEST(MatMul, Bf16ActivationsAreAccurateAndBatchInvariant) {
       ThreadPool::Global().SetActiveThreads(1);
       for (int64_t i = 0; i < m; i += 3) {
         MatMul(row.data(), x.data() + i * k, s.w, 1);
-        for (int64_t j = 0; j < n; ++j) ASSERT_EQ(row[j], y[i * n + j]) << m << "x" << n << "x" << k;
+        for (int64_t j = 0; j < n; ++j)
+          ASSERT_EQ(row[j], y[i * n + j]) << m << "x" << n << "x" << k;
       }
       ThreadPool::Global().SetActiveThreads(0);
     }
@@ -267,6 +276,62 @@ TEST(MatMul, StridedOutputAndInput) {
     for (int j = 0; j < 6; ++j) EXPECT_EQ(y[i * 10 + j], dense[i * 6 + j]);
     for (int j = 6; j < 10; ++j) EXPECT_EQ(y[i * 10 + j], -1.0f);  // untouched
   }
+}
+
+// Every E2M1 code under every E8M0 scale (NaN at 255, 2^-127 at 0) decodes to the exact product on
+// every kernel path: one x row (the batch-1 stream), a few (dot-product tiles) and many (the
+// panel), packed and not. x is the identity, so y[c, r] is weight (r, c) itself; a zero's sign is
+// not compared (an FMA chain from +0 cannot keep it).
+TEST(MatMul, Mxfp4DecodesEveryCodeAndScaleExactly) {
+  constexpr int64_t kRows = 256, kCols = 64;  // row r: scale byte r; 2 blocks of every code pair
+  std::vector<uint8_t> codes(kRows * kCols / 2), scales(kRows * kCols / 32);
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t i = 0; i < kCols / 2; ++i) {
+      codes[r * kCols / 2 + i] = static_cast<uint8_t>((i % 16) | ((15 - (i + r) % 16) << 4));
+    }
+    for (int64_t b = 0; b < kCols / 32; ++b) scales[r * kCols / 32 + b] = static_cast<uint8_t>(r);
+  }
+  const auto expected = [&](int64_t r, int64_t c) {
+    const uint8_t byte = codes[r * kCols / 2 + c / 2];
+    const int code = c % 2 == 0 ? byte & 0xf : byte >> 4;
+    // Scale 255 is NaN; from 253 up, +-6 * 2^(scale - 127) overflows to infinity, and the zeros of
+    // x times it make every output of the row NaN.
+    return r >= 253 ? std::nan("") : E2m1(code) * std::ldexp(1.0, static_cast<int>(r) - 127);
+  };
+  const Isa saved = MatMulIsa();
+  for (bool packed : {false, true}) {
+    std::vector<uint8_t> c = codes, sc = scales;
+    Weight w;
+    w.data = c.data();
+    w.scales = sc.data();
+    w.format = WeightFormat::kMxfp4;
+    w.rows = kRows;
+    w.cols = kCols;
+    if (packed) PackInPlace(&w);
+    ASSERT_EQ(w.packed, packed);
+    for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kScalar}) {
+      if (!SetMatMulIsa(isa)) continue;
+      for (int64_t m : {int64_t{1}, int64_t{3}, kCols}) {
+        std::vector<float> x(m * kCols, 0.0f), y(m * kRows);
+        for (int64_t i = 0; i < m; ++i) x[i * kCols + i] = 1.0f;
+        MatMul(y.data(), x.data(), w, m);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t r = 0; r < kRows; ++r) {
+            const double want = expected(r, i);
+            const float got = y[i * kRows + r];
+            if (std::isnan(want)) {
+              ASSERT_TRUE(std::isnan(got)) << IsaName(isa) << " m " << m << " row " << r;
+            } else {
+              ASSERT_EQ(got, static_cast<float>(want))
+                  << IsaName(isa) << (packed ? " packed" : "") << " m " << m << " row " << r
+                  << " col " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+  SetMatMulIsa(saved);
 }
 
 }  // namespace
