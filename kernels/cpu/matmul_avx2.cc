@@ -1,10 +1,15 @@
 // MatMul kernels for AVX2 + FMA + F16C, chosen at run time on machines without AVX-512. Results
 // equal the AVX-512 path bit for bit: the summation order is the canonical one of matmul_impl.h.
 //
-// The 16 canonical lanes are two independent 8-lane halves (lane j < 8 takes elements 2j, 2j + 1
-// of each 32-block, the block's first 16 elements; lanes 8..15 its last 16). Every kernel here
-// walks K once per half with one register per accumulator, so tiles fit AVX2's 16 registers
-// without spilling, and adds the halves in the final lane sum.
+// Three kernels, by the number m of x rows:
+//   m == 1 (decode), packed weights: GroupTile streams whole 8-row packed groups;
+//   m < kPanelMinM: dot-product tiles (HalfTile) of up to 4 x rows and 2-4 weight rows;
+//   m >= kPanelMinM: W chunks converted to an fp32 panel, outer-product tiles (PanelTile).
+// The first two use that the 16 canonical lanes are two independent 8-lane halves (lane j < 8
+// takes elements 2j, 2j + 1 of each 32-block, the block's first 16 elements; lanes 8..15 its last
+// 16): they walk K once per half with one register per accumulator, so tiles fit AVX2's 16
+// registers without spilling, and add the halves in the final lane sum. All three perform the
+// same fused multiply-adds per output in the same order.
 //
 // Weights are addressed through row cursors (Rows): the address arithmetic of a packed layout
 // (kernels/cpu/pack.h) is done once per tile, not per load; per load it cost as much issue
