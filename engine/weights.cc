@@ -84,6 +84,7 @@ Weight Model::SliceColumns(const Weight& w, int64_t begin, int64_t count) {
   Weight out = w;
   out.cols = count;
   out.packed = false;
+  out.lane_major = false;
   const auto* src = static_cast<const uint8_t*>(w.data);
   if (w.format == WeightFormat::kMxfp4) {
     // Two codes per byte and one scale per 32 columns: the range is whole 32-column blocks.
@@ -397,9 +398,15 @@ int64_t Model::PackMatrices() {
   int64_t bytes = 0;
   for (Weight* x : todo) bytes += x->Bytes();
   for (Weight* x : all) {
-    if (unique.count(x->data) && unique[x->data]->packed) x->packed = true;
+    if (unique.count(x->data) && unique[x->data]->packed) {
+      x->packed = true;
+      x->lane_major = unique[x->data]->lane_major;
+    }
   }
-  if (w.embed.data == w.lm_head.data) w.embed.packed = w.lm_head.packed;
+  if (w.embed.data == w.lm_head.data) {
+    w.embed.packed = w.lm_head.packed;
+    w.embed.lane_major = w.lm_head.lane_major;
+  }
   return bytes;
 }
 

@@ -21,8 +21,9 @@ enum class WeightFormat : uint8_t {
 constexpr int64_t kPackRows = 8;
 
 // [rows, cols] row-major, PyTorch's [out_features, in_features] -- or, when `packed`, the same
-// bytes reordered so that each group of kPackRows rows is interleaved per 32-column block (a group
-// occupies exactly the bytes its rows would, so views of whole groups keep their addresses).
+// bytes reordered within each group of kPackRows rows (kernels/cpu/pack.h: per 32-column block, or
+// per canonical lane when `lane_major`); a group occupies exactly the bytes its rows would, so
+// views of whole groups keep their addresses.
 struct Weight {
   const void* data = nullptr;
   const uint8_t* scales = nullptr;  // kMxfp4 only
@@ -30,6 +31,7 @@ struct Weight {
   int64_t rows = 0;
   int64_t cols = 0;
   bool packed = false;  // bf16 or MXFP4, rows % kPackRows == 0, cols % 32 == 0
+  bool lane_major = false;  // with `packed`: the lane-major layout, else the block-interleaved one
 
   // Bytes read by one pass over the matrix (packed size for MXFP4).
   int64_t Bytes() const {

@@ -3,25 +3,11 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/pack.h"
 #include "kernels/cuda/check.h"
 
 namespace kimi::gpu {
 namespace {
-
-// The row-major bytes of a weight that the CPU loader may have packed in place
-// (kernels/cpu/pack.h): the inverse of the group interleave, for data and (MXFP4) scales.
-void Unpack(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t blocks, int64_t unit) {
-  const int64_t G = kPackRows, group_bytes = G * blocks * unit;
-  for (int64_t g = 0; g < rows / G; ++g) {
-    const uint8_t* in = src + g * group_bytes;
-    uint8_t* out = dst + g * group_bytes;
-    for (int64_t j = 0; j < G; ++j) {
-      for (int64_t b = 0; b < blocks; ++b) {
-        std::memcpy(out + (j * blocks + b) * unit, in + (b * G + j) * unit, unit);
-      }
-    }
-  }
-}
 
 int64_t DataBytes(const Weight& w) {
   switch (w.format) {
@@ -43,21 +29,10 @@ int64_t ScaleBytes(const Weight& w) {
 }  // namespace
 
 void RowMajorBytes(const Weight& w, std::vector<uint8_t>* data, std::vector<uint8_t>* scales) {
-  const auto* d = static_cast<const uint8_t*>(w.data);
+  // The CPU loader may have packed the weight in place (kernels/cpu/pack.h).
   data->assign(DataBytes(w), 0);
   scales->assign(ScaleBytes(w), 0);
-  if (!w.packed) {
-    std::memcpy(data->data(), d, data->size());
-    if (!scales->empty()) std::memcpy(scales->data(), w.scales, scales->size());
-    return;
-  }
-  const int64_t blocks = w.cols / 32;
-  if (w.format == WeightFormat::kBF16) {
-    Unpack(d, data->data(), w.rows, blocks, 64);
-  } else {
-    Unpack(d, data->data(), w.rows, blocks, 16);
-    Unpack(w.scales, scales->data(), w.rows, blocks, 1);
-  }
+  cpu::CopyRowMajor(w, data->data(), scales->data());
 }
 
 absl::StatusOr<void*> DeviceModel::Put(const void* data, int64_t bytes) {
@@ -90,6 +65,7 @@ absl::StatusOr<Weight> DeviceModel::Stack(const std::vector<const Weight*>& part
   }
   Weight out = first;
   out.packed = false;
+  out.lane_major = false;
   out.rows = first.rows * static_cast<int64_t>(parts.size());
   const int64_t db = DataBytes(first), sb = ScaleBytes(first);
   std::vector<uint8_t> data(db * parts.size()), scales(sb * parts.size()), d, s;

@@ -33,10 +33,13 @@ struct E8m0Table {
 };
 constexpr E8m0Table kE8m0Table;
 
-// Offset of element i of row r in a packed weight, in units of `per_block` per 32 columns.
-int64_t PackedOffset(int64_t r, int64_t i, int64_t k, int64_t per_block) {
-  const int64_t g = r / kPackRows, j = r % kPackRows, b = i / 32;
-  return g * kPackRows * (k / 32) * per_block + (b * kPackRows + j) * per_block;
+// Offset of the unit (a bf16 pair, an MXFP4 code byte) holding element i of row r in a packed
+// weight (kernels/cpu/pack.h), in units; `per_block` units per 32 columns of a row.
+int64_t PackedUnit(const Weight& w, int64_t r, int64_t i, int64_t per_block) {
+  const int64_t g = r / kPackRows, j = r % kPackRows, b = i / 32, u = (i % 32) * per_block / 32;
+  const int64_t nb = w.cols / 32, group = g * kPackRows * nb * per_block;
+  if (w.lane_major) return group + ((u * nb + b) * kPackRows + j);
+  return group + (b * kPackRows + j) * per_block + u;
 }
 
 // Element i of row r as fp32 (0 beyond the row), for the scalar fallback.
@@ -44,13 +47,13 @@ float Element(const Weight& w, int64_t r, int64_t i) {
   const int64_t k = w.cols;
   if (i >= k) return 0.0f;
   if (w.packed && w.format == WeightFormat::kBF16) {
-    return Bf16ToF32(
-        static_cast<const uint16_t*>(w.data)[PackedOffset(r, i, k, 32) + i % 32]);
+    const uint16_t* pair = static_cast<const uint16_t*>(w.data) + 2 * PackedUnit(w, r, i, 16);
+    return Bf16ToF32(pair[i & 1]);
   }
   if (w.packed && w.format == WeightFormat::kMxfp4) {
-    const uint8_t byte =
-        static_cast<const uint8_t*>(w.data)[PackedOffset(r, i, k, 16) + (i % 32) / 2];
-    const float scale = kE8m0[w.scales[PackedOffset(r, i, k, 1)]];
+    const uint8_t byte = static_cast<const uint8_t*>(w.data)[PackedUnit(w, r, i, 16)];
+    const int64_t g = r / kPackRows, nb = k / 32;
+    const float scale = kE8m0[w.scales[(g * nb + i / 32) * kPackRows + r % kPackRows]];
     return kE2m1[(i & 1) ? byte >> 4 : byte & 0xf] * scale;
   }
   switch (w.format) {
@@ -178,6 +181,12 @@ void Record(const Weight& w, int64_t m) {
   g_stats->reads.push_back({w.data, w.Bytes()});
 }
 
+// Whether w takes the bf16 dot product: bf16 weights while it is on. Lane-major packed weights are
+// packed so only where the machine has no bf16 dot product (kernels/cpu/pack.h), and keep fp32.
+bool Bf16Path(bool bf16_mode, const Weight& w) {
+  return bf16_mode && w.format == WeightFormat::kBF16 && !w.lane_major;
+}
+
 // Rows of W handed out together: a multiple of every tile height the kernels use.
 constexpr int64_t kRowUnit = 8;
 
@@ -237,7 +246,7 @@ void MatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_t l
   const bool bf16_mode = CurrentActivation() == ActivationDtype::kBf16 && kernels->range_bf16;
   bool need_f32 = false, need_bf16 = false;
   for (const MatMulTarget& t : targets) {
-    (bf16_mode && t.w->format == WeightFormat::kBF16 ? need_bf16 : need_f32) = true;
+    (Bf16Path(bf16_mode, *t.w) ? need_bf16 : need_f32) = true;
   }
 
   // x in the canonical layout (fp32) and/or rounded to bf16 in natural order; per thread, so
@@ -284,7 +293,7 @@ void MatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_t l
       if (lo >= hi) continue;
       const Weight& w = *targets[j].w;
       const matmul_internal::Problem p{targets[j].y, targets[j].ldy, xp, kp, &w, m, xb};
-      const bool bf16 = bf16_mode && w.format == WeightFormat::kBF16;
+      const bool bf16 = Bf16Path(bf16_mode, w);
       (bf16 ? kernels->range_bf16 : kernels->range)(p, (lo - first_unit[j]) * kRowUnit,
                                                     std::min((hi - first_unit[j]) * kRowUnit, w.rows));
     }

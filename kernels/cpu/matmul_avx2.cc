@@ -394,6 +394,35 @@ void PackPanel(const L& l, int64_t n0, int64_t rows, int64_t full, int rem, floa
   }
 }
 
+// The same panel from a lane-major packed bf16 weight (kernels/cpu/pack.h), whose 32-byte runs
+// already hold one lane of 8 rows: a conversion, no transpose. n0 is a multiple of kPackRows.
+struct Bf16LanesLoader {
+  const uint16_t* base;
+  int64_t k;
+};
+void PackPanel(const Bf16LanesLoader& l, int64_t n0, int64_t rows, int64_t full, int rem,
+               float* panel) {
+  const int64_t nb = full;  // packed: rem == 0
+  for (int64_t r0 = 0; r0 < kPanelRows; r0 += kPackRows) {
+    const uint16_t* group = l.base + (n0 + r0) * l.k;
+    for (int64_t lane = 0; lane < 16; ++lane) {
+      for (int64_t b = 0; b < nb; ++b) {
+        __m256 e = _mm256_setzero_ps(), o = _mm256_setzero_ps();
+        if (r0 < rows) {
+          __m256i v = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(group + (lane * nb + b) * 2 * kPackRows));
+          e = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+          o = _mm256_castsi256_ps(
+              _mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+        }
+        _mm256_store_ps(panel + ((lane * nb + b) * 2 + 0) * kPanelRows + r0, e);
+        _mm256_store_ps(panel + ((lane * nb + b) * 2 + 1) * kPanelRows + r0, o);
+      }
+    }
+  }
+  (void)rem;
+}
+
 // y[i, n0 + c] for i < MR and c < cols (<= kPanelRows) from the panel.
 template <int MR>
 inline void PanelTile(const float* panel, int64_t nb, const float* xp, int64_t kp, float* y,
@@ -505,6 +534,16 @@ void RangeWith(const L& l, const Problem& p, int64_t n0, int64_t n1) {
 
 void Range(const Problem& p, int64_t n0, int64_t n1) {
   const Weight& w = *p.w;
+  if (w.lane_major) {
+    // Many x rows: the fp32 panel, converted once per chunk, beats converting bf16 in every tile.
+    if (w.format == WeightFormat::kBF16 && p.m >= kPanelMinM) {
+      PanelRange(Bf16LanesLoader{static_cast<const uint16_t*>(w.data), w.cols}, p, n0, n1,
+                 w.cols / 32, 0);
+    } else {
+      LaneMajorRangeAvx2(p, n0, n1);
+    }
+    return;
+  }
   const int64_t k = w.cols;
   switch (w.format) {
     case WeightFormat::kBF16:

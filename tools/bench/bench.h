@@ -38,6 +38,9 @@ struct Context {
   int repeats = 5;
   bool json = false;
   double idle_wait_s = 20.0;
+  // > 0: the batched decode figures only run this many steps and print their median time, with
+  // no baselines (a quiet loop for perf record).
+  int profile_steps = 0;
   std::optional<std::regex> filter;
   std::vector<std::string> commands;  // the command line, for the report
 

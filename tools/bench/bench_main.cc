@@ -29,6 +29,9 @@ ABSL_FLAG(std::string, weight_memory, "",
           "map | map-huge | copy-huge (default: the engine's, see engine/safetensors.h)");
 ABSL_FLAG(double, idle_wait, 20.0, "seconds to wait for an idle machine before each round");
 ABSL_FLAG(bool, list, false, "list the figure names and exit");
+ABSL_FLAG(int, profile_steps, 0,
+          "run only this many steps of each selected batched decode figure and print their median "
+          "time, without baselines (for a profiler)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -43,6 +46,7 @@ int main(int argc, char** argv) {
   ctx.repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
   ctx.json = absl::GetFlag(FLAGS_json);
   ctx.idle_wait_s = absl::GetFlag(FLAGS_idle_wait);
+  ctx.profile_steps = absl::GetFlag(FLAGS_profile_steps);
   if (!absl::GetFlag(FLAGS_filter).empty()) ctx.filter.emplace(absl::GetFlag(FLAGS_filter));
   const std::vector<std::string> models =
       absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipEmpty());
@@ -69,7 +73,8 @@ int main(int argc, char** argv) {
     }
   }
   GemmPeaks peaks;
-  if (ctx.Wants("prefill.gemm") || ctx.Wants("prefill.gemm.bf16") || batched) {
+  if ((ctx.Wants("prefill.gemm") || ctx.Wants("prefill.gemm.bf16") || batched) &&
+      ctx.profile_steps == 0) {
     peaks = RunGemm(ctx, /*emit=*/true);
   }
   for (const std::string& m : models) RunDecode(ctx, m, peaks);

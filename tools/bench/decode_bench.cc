@@ -191,13 +191,20 @@ void DecodeBatched(const Context& ctx, const std::string& preset, const Model& m
   const std::string name = absl::StrCat("decode.b", n, ".", preset, bf16 ? ".bf16" : "");
   if (!ctx.Wants(name)) return;
   if (bf16 && !cpu::HasBf16DotProduct()) return;
-  const int steps = n >= 32 ? 3 : 5;
+  const int steps = std::max(ctx.profile_steps, n >= 32 ? 3 : 5);
   EngineOptions options;
   if (bf16) options.activation = cpu::ActivationDtype::kBf16;
   const double peak = bf16 ? peaks.bf16 : peaks.f32;
   DecodeBatch batch(m, n, 16 + (ctx.repeats + 2) * steps + 8, options);
   batch.Prefill(8);
   batch.Step();  // warm-up
+  if (ctx.profile_steps > 0) {
+    std::vector<double> t;
+    for (int i = 0; i < ctx.profile_steps; ++i) t.push_back(batch.Step());
+    ctx.Log(absl::StrFormat("%s: median step %.2f ms over %d steps (profile run)", name,
+                            1e3 * Median(t), ctx.profile_steps));
+    return;
+  }
   const StepCost cost = MeasureStepCost(m, batch);
   const auto regions = m.WeightRegions();
   std::vector<double> bw, step, other, ratios;

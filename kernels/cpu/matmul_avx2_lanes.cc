@@ -1,0 +1,245 @@
+// MatMul on lane-major packed weights (kernels/cpu/pack.h) for AVX2 + FMA: outer-product tiles.
+//
+// In the lane-major layout one 32-byte load holds canonical lane J of one block for the 8 rows of
+// a group (bf16: the pair of columns 2J, 2J + 1 of each row; MXFP4: 8 code bytes), so a vector
+// of 8 outputs' partial sums for lane J is built by broadcasting x's two elements of that lane:
+//   acc[i][g] = fma(x[i, 32b + 2J], W_g[lane J, block b, even], acc[i][g]),  then the odd element,
+// block after block: exactly the fused multiply-adds, in the order, of the canonical sum
+// (matmul_impl.h), so results equal every other path bit for bit. The 16 lane sums of each
+// output are then added pairwise on whole vectors.
+//
+// A tile holds MR x rows against NG groups (MR * NG <= 12 accumulators, the rest of AVX2's 16
+// registers for the weights and x); the x broadcasts are loads, which Zen 3 issues beside the two
+// FMA pipes. One lane at a time, a tile reads NG contiguous runs of weights (one per group), which
+// suits the hardware prefetcher at every m, batch-1 decode included.
+// GCC 12 reports its own _mm256_undefined_* helpers as uninitialised (a known false positive).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cpu/matmul_impl.h"
+#include <immintrin.h>
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,bmi,bmi2")
+
+namespace kimi::cpu::matmul_internal {
+namespace {
+
+#define KIMI_ALWAYS_INLINE inline __attribute__((always_inline))
+
+constexpr int64_t G = kPackRows;  // rows per group: one vector of outputs
+constexpr int kTileGroups = 12;   // groups whose weights stay in L2 while every x strip passes
+
+// --- Cursors: groups [g0, g0 + NG) of a weight, loading lane J of block b as even / odd fp32 ---
+
+struct Bf16Cursor {
+  const uint16_t* group;  // group g0
+  int64_t group_stride;   // uint16 units per group
+  int64_t nb;
+  KIMI_ALWAYS_INLINE void Load(int g, int64_t lane, int64_t b, __m256& e, __m256& o) const {
+    __m256i v = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(group + g * group_stride + (lane * nb + b) * 2 * G));
+    // One load: GCC otherwise loads the 32 bytes again as the AND's memory operand.
+    __asm__("" : "+x"(v));
+    e = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    o = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
+};
+
+// MXFP4: E2M1 magnitude from the code's low 3 bits (vpermps over the 8 magnitudes), times the
+// row's scale, sign from bit 3. The 8 rows' scales differ, so they come as a vector of fp32
+// 2^(s - 127), converted once per tile (`scales`: [group][block][row]).
+struct Mxfp4Cursor {
+  const uint8_t* group;  // group g0's codes
+  int64_t group_stride;  // bytes per group
+  int64_t nb;
+  const float* scales;  // group g0's converted scales
+  KIMI_ALWAYS_INLINE void Load(int g, int64_t lane, int64_t b, __m256& e, __m256& o) const {
+    const __m256 mag = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+    const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+    const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+        reinterpret_cast<const __m128i*>(group + g * group_stride + (lane * nb + b) * G)));
+    const __m256i c_odd = _mm256_srli_epi32(c, 4);
+    const __m256 s = _mm256_load_ps(scales + (g * nb + b) * G);
+    e = _mm256_xor_ps(_mm256_mul_ps(_mm256_permutevar8x32_ps(mag, c), s),
+                      _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(c, 28), sign)));
+    o = _mm256_xor_ps(_mm256_mul_ps(_mm256_permutevar8x32_ps(mag, c_odd), s),
+                      _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(c_odd, 28), sign)));
+  }
+};
+
+// --- The tile ----------------------------------------------------------------------------------
+
+// y[i, 8g + j] for i < MR, g < NG, j < 8. xl: x rows in lane-major order (row stride ldx): lane
+// J's elements of block b at (J * nb + b) * 2 (even) and + 1 (odd).
+template <int MR, int NG, class C>
+inline void LaneTile(const C& c, int64_t nb, const float* xl, int64_t ldx, float* y, int64_t ldy) {
+  alignas(32) float sums[16][MR][NG][G];
+  for (int64_t lane = 0; lane < 16; ++lane) {
+    __m256 acc[MR][NG];
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 12
+      for (int g = 0; g < NG; ++g) acc[i][g] = _mm256_setzero_ps();
+    }
+    const float* xj = xl + lane * nb * 2;
+    for (int64_t b = 0; b < nb; ++b) {
+#pragma GCC unroll 12
+      for (int g = 0; g < NG; ++g) {
+        __m256 e, o;
+        c.Load(g, lane, b, e, o);
+        // Broadcast x again for every group: GCC would otherwise keep all 2 MR broadcasts in
+        // registers across the groups and spill the accumulators.
+        const float* x = xj + 2 * b;
+        if constexpr (NG > 1) __asm__("" : "+r"(x));
+#pragma GCC unroll 12
+        for (int i = 0; i < MR; ++i) {
+          const __m256 xe = _mm256_broadcast_ss(x + i * ldx);
+          const __m256 xo = _mm256_broadcast_ss(x + i * ldx + 1);
+          acc[i][g] = _mm256_fmadd_ps(xe, e, acc[i][g]);
+          acc[i][g] = _mm256_fmadd_ps(xo, o, acc[i][g]);
+        }
+      }
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 12
+      for (int g = 0; g < NG; ++g) _mm256_store_ps(sums[lane][i][g], acc[i][g]);
+    }
+  }
+  // The canonical lane sum, lanes J += J + w for w = 8, 4, 2, 1, on 8 outputs at a time.
+  for (int i = 0; i < MR; ++i) {
+    for (int g = 0; g < NG; ++g) {
+      __m256 p[16];
+#pragma GCC unroll 16
+      for (int lane = 0; lane < 16; ++lane) p[lane] = _mm256_load_ps(sums[lane][i][g]);
+#pragma GCC unroll 8
+      for (int w = 8; w >= 1; w /= 2) {
+#pragma GCC unroll 8
+        for (int lane = 0; lane < w; ++lane) p[lane] = _mm256_add_ps(p[lane], p[lane + w]);
+      }
+      _mm256_storeu_ps(y + i * ldy + g * G, p[0]);
+    }
+  }
+}
+
+// Groups per tile for MR x rows: MR * NG accumulators, at most 12 (8 for one row: the batch-1
+// stream then reads 8 runs at once, enough to cover the FMA latency).
+constexpr int GroupsFor(int mr) {
+  return mr == 1 ? 8 : mr == 2 ? 6 : mr == 3 ? 4 : mr == 4 ? 3 : 2;
+}
+constexpr int kMaxStripRows = 4;
+
+// Calls f(std::integral_constant<int, n>{}) for the n in [1, N] equal to `count`.
+template <int N, class F>
+KIMI_ALWAYS_INLINE void WithCount(int64_t count, F&& f) {
+  if constexpr (N >= 1) {
+    if (count == N) {
+      f(std::integral_constant<int, N>{});
+    } else {
+      WithCount<N - 1>(count, f);
+    }
+  }
+}
+
+// MR x rows against groups [0, groups) of the cursor's tile: tiles of GroupsFor(MR) groups, then
+// one narrower tile for the rest.
+template <int MR, class Cur>
+KIMI_ALWAYS_INLINE void Strip(const Cur& cur, int64_t groups, int64_t nb, const float* xl,
+                              int64_t ldx, float* y, int64_t ldy) {
+  constexpr int NG = GroupsFor(MR);
+  int64_t g = 0;
+  for (; g + NG <= groups; g += NG) {
+    LaneTile<MR, NG>(cur.Advance(g), nb, xl, ldx, y + g * G, ldy);
+  }
+  WithCount<NG - 1>(groups - g, [&](auto ng) {
+    LaneTile<MR, decltype(ng)::value>(cur.Advance(g), nb, xl, ldx, y + g * G, ldy);
+  });
+}
+
+template <class C>
+struct Advancing : C {
+  KIMI_ALWAYS_INLINE C Advance(int64_t g) const {
+    C c = *this;
+    c.group += g * c.group_stride;
+    if constexpr (std::is_same_v<C, Mxfp4Cursor>) c.scales += g * c.nb * G;
+    return c;
+  }
+};
+
+// x rows [0, m) against the cursor's `groups` groups: strips of kMaxStripRows rows, then one
+// shorter strip.
+template <class Cur>
+void TileRows(const Cur& cur, int64_t groups, int64_t nb, const float* xl, int64_t ldx, int64_t m,
+              float* y, int64_t ldy) {
+  int64_t i = 0;
+  for (; i + kMaxStripRows <= m; i += kMaxStripRows) {
+    Strip<kMaxStripRows>(cur, groups, nb, xl + i * ldx, ldx, y + i * ldy, ldy);
+  }
+  WithCount<kMaxStripRows - 1>(m - i, [&](auto mr) {
+    Strip<decltype(mr)::value>(cur, groups, nb, xl + i * ldx, ldx, y + i * ldy, ldy);
+  });
+}
+
+// xl[i][(J * nb + b) * 2 + q] = x[i, 32b + 2J + q], from the canonical xp (matmul_impl.h).
+void ToLaneMajor(const Problem& p, int64_t nb, float* xl) {
+  for (int64_t i = 0; i < p.m; ++i) {
+    const float* xp = p.xp + i * p.kp;
+    float* out = xl + i * p.kp;
+    for (int64_t lane = 0; lane < 16; ++lane) {
+      for (int64_t b = 0; b < nb; ++b) {
+        out[(lane * nb + b) * 2] = xp[b * 32 + lane];
+        out[(lane * nb + b) * 2 + 1] = xp[b * 32 + 16 + lane];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void LaneMajorRangeAvx2(const Problem& p, int64_t n0, int64_t n1) {
+  const Weight& w = *p.w;
+  const int64_t nb = w.cols / 32;  // packed: cols % 32 == 0, so p.kp == w.cols
+  thread_local std::vector<float> xl_buffer, scale_buffer;
+  if (static_cast<int64_t>(xl_buffer.size()) < p.m * p.kp) xl_buffer.resize(p.m * p.kp);
+  float* xl = xl_buffer.data();
+  ToLaneMajor(p, nb, xl);
+  if (w.format == WeightFormat::kMxfp4 &&
+      static_cast<int64_t>(scale_buffer.size()) < kTileGroups * nb * G + 8) {
+    scale_buffer.resize(kTileGroups * nb * G + 8);
+  }
+  // 32-byte aligned for the scale loads.
+  float* scales =
+      scale_buffer.data() + (8 - (reinterpret_cast<uintptr_t>(scale_buffer.data()) / 4) % 8) % 8;
+
+  // Blocks of x rows that stay in L2 while every tile of groups passes all their strips.
+  int64_t mb = (int64_t{256} << 10) / (p.kp * 4);
+  mb = mb < kMaxStripRows ? kMaxStripRows : mb / kMaxStripRows * kMaxStripRows;
+  for (int64_t i0 = 0; i0 < p.m; i0 += mb) {
+    const int64_t rows = std::min(mb, p.m - i0);
+    for (int64_t g0 = n0 / G; g0 < n1 / G; g0 += kTileGroups) {
+      const int64_t groups = n1 / G - g0 < kTileGroups ? n1 / G - g0 : kTileGroups;
+      float* y = p.y + i0 * p.ldy + g0 * G;
+      if (w.format == WeightFormat::kBF16) {
+        const Advancing<Bf16Cursor> cur{
+            {static_cast<const uint16_t*>(w.data) + g0 * G * w.cols, G * w.cols, nb}};
+        TileRows(cur, groups, nb, xl + i0 * p.kp, p.kp, rows, y, p.ldy);
+      } else {
+        const uint8_t* s = w.scales + g0 * nb * G;
+        for (int64_t t = 0; t < groups * nb * G; ++t) scales[t] = kE8m0[s[t]];
+        const Advancing<Mxfp4Cursor> cur{
+            {static_cast<const uint8_t*>(w.data) + g0 * G * (w.cols / 2), G * (w.cols / 2), nb,
+             scales}};
+        TileRows(cur, groups, nb, xl + i0 * p.kp, p.kp, rows, y, p.ldy);
+      }
+    }
+  }
+}
+
+}  // namespace kimi::cpu::matmul_internal
+
+#pragma GCC pop_options
