@@ -32,7 +32,7 @@ namespace {
 #define KIMI_ALWAYS_INLINE inline __attribute__((always_inline))
 
 constexpr int64_t G = kPackRows;  // rows per group: one vector of outputs
-constexpr int kTileGroups = 12;   // groups whose weights stay in L2 while every x strip passes
+constexpr int kTileGroups = 24;   // groups whose weights stay in L2 while every x strip passes
 
 // --- Cursors: groups [g0, g0 + NG) of a weight, loading lane J of block b as even / odd fp32 ---
 
