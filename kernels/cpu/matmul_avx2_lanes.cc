@@ -34,15 +34,22 @@ namespace {
 constexpr int64_t G = kPackRows;  // rows per group: one vector of outputs
 constexpr int kTileGroups = 24;   // groups whose weights stay in L2 while every x strip passes
 
-// --- Cursors: groups [g0, g0 + NG) of a weight, loading lane J of block b as even / odd fp32 ---
+// --- Cursors: groups [g0, g0 + NG) of a weight ------------------------------------------------
+// Run(g, lane) is lane J of group g over all blocks; Load(run, b, e, o) its block b as even / odd
+// fp32. A tile takes its NG runs once per lane, so the inner loop only adds b to NG pointers.
 
 struct Bf16Cursor {
   const uint16_t* group;  // group g0
   int64_t group_stride;   // uint16 units per group
   int64_t nb;
-  KIMI_ALWAYS_INLINE void Load(int g, int64_t lane, int64_t b, __m256& e, __m256& o) const {
-    __m256i v = _mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(group + g * group_stride + (lane * nb + b) * 2 * G));
+  struct LaneRun {
+    const uint16_t* p;
+  };
+  KIMI_ALWAYS_INLINE LaneRun Run(int g, int64_t lane) const {
+    return {group + g * group_stride + lane * nb * 2 * G};
+  }
+  KIMI_ALWAYS_INLINE static void Load(const LaneRun& r, int64_t b, __m256& e, __m256& o) {
+    __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.p + b * 2 * G));
     // One load: GCC otherwise loads the 32 bytes again as the AND's memory operand.
     __asm__("" : "+x"(v));
     e = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
@@ -58,13 +65,20 @@ struct Mxfp4Cursor {
   int64_t group_stride;  // bytes per group
   int64_t nb;
   const float* scales;  // group g0's converted scales
-  KIMI_ALWAYS_INLINE void Load(int g, int64_t lane, int64_t b, __m256& e, __m256& o) const {
+  struct LaneRun {
+    const uint8_t* p;
+    const float* s;
+  };
+  KIMI_ALWAYS_INLINE LaneRun Run(int g, int64_t lane) const {
+    return {group + g * group_stride + lane * nb * G, scales + g * nb * G};
+  }
+  KIMI_ALWAYS_INLINE static void Load(const LaneRun& r, int64_t b, __m256& e, __m256& o) {
     const __m256 mag = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
     const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
-    const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
-        reinterpret_cast<const __m128i*>(group + g * group_stride + (lane * nb + b) * G)));
+    const __m256i c =
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r.p + b * G)));
     const __m256i c_odd = _mm256_srli_epi32(c, 4);
-    const __m256 s = _mm256_load_ps(scales + (g * nb + b) * G);
+    const __m256 s = _mm256_load_ps(r.s + b * G);
     e = _mm256_xor_ps(_mm256_mul_ps(_mm256_permutevar8x32_ps(mag, c), s),
                       _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(c, 28), sign)));
     o = _mm256_xor_ps(_mm256_mul_ps(_mm256_permutevar8x32_ps(mag, c_odd), s),
@@ -77,7 +91,7 @@ struct Mxfp4Cursor {
 // y[i, 8g + j] for i < MR, g < NG, j < 8. xl: x rows in lane-major order (row stride ldx): lane
 // J's elements of block b at (J * nb + b) * 2 (even) and + 1 (odd).
 template <int MR, int NG, class C>
-inline void LaneTile(const C& c, int64_t nb, const float* xl, int64_t ldx, float* y, int64_t ldy) {
+inline void LaneTile(const C c, int64_t nb, const float* xl, int64_t ldx, float* y, int64_t ldy) {
   alignas(32) float sums[16][MR][NG][G];
   for (int64_t lane = 0; lane < 16; ++lane) {
     __m256 acc[MR][NG];
@@ -86,16 +100,19 @@ inline void LaneTile(const C& c, int64_t nb, const float* xl, int64_t ldx, float
 #pragma GCC unroll 12
       for (int g = 0; g < NG; ++g) acc[i][g] = _mm256_setzero_ps();
     }
+    typename C::LaneRun runs[NG];
+#pragma GCC unroll 12
+    for (int g = 0; g < NG; ++g) runs[g] = c.Run(g, lane);
     const float* xj = xl + lane * nb * 2;
     for (int64_t b = 0; b < nb; ++b) {
 #pragma GCC unroll 12
       for (int g = 0; g < NG; ++g) {
         __m256 e, o;
-        c.Load(g, lane, b, e, o);
-        // Broadcast x again for every group: GCC would otherwise keep all 2 MR broadcasts in
-        // registers across the groups and spill the accumulators.
+        C::Load(runs[g], b, e, o);
+        // Broadcast x again for every group (a volatile barrier, so GCC cannot merge them): kept
+        // in registers across the groups, the 2 MR broadcasts push accumulators onto the stack.
         const float* x = xj + 2 * b;
-        if constexpr (NG > 1) __asm__("" : "+r"(x));
+        if constexpr (NG > 1) __asm__ volatile("" : "+r"(x));
 #pragma GCC unroll 12
         for (int i = 0; i < MR; ++i) {
           const __m256 xe = _mm256_broadcast_ss(x + i * ldx);
