@@ -11,7 +11,9 @@
 // A tile holds MR x rows against NG groups (MR * NG <= 12 accumulators, the rest of AVX2's 16
 // registers for the weights and x); the x broadcasts are loads, which Zen 3 issues beside the two
 // FMA pipes. One lane at a time, a tile reads NG contiguous runs of weights (one per group), which
-// suits the hardware prefetcher at every m, batch-1 decode included.
+// suits the hardware prefetcher at every m, batch-1 decode included. matmul_avx2.cc sends bf16
+// products of 32+ rows to its fp32 panel instead; MXFP4 weights are packed lane-major only when a
+// caller asks (tests), PreferredPackLayout keeps them in blocks.
 // GCC 12 reports its own _mm256_undefined_* helpers as uninitialised (a known false positive).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
