@@ -33,8 +33,8 @@ struct Weight {
   bool packed = false;  // bf16 or MXFP4, rows % kPackRows == 0, cols % 32 == 0
   bool lane_major = false;  // with `packed`: the lane-major layout, else the block-interleaved one
 
-  // Bytes read by one pass over the matrix (packed size for MXFP4).
-  int64_t Bytes() const {
+  // Bytes of `data`: the elements, or for MXFP4 the codes (two per byte).
+  int64_t DataBytes() const {
     switch (format) {
       case WeightFormat::kF32:
         return rows * cols * 4;
@@ -42,10 +42,14 @@ struct Weight {
       case WeightFormat::kBF16:
         return rows * cols * 2;
       case WeightFormat::kMxfp4:
-        return rows * (cols / 2 + cols / 32);
+        return rows * (cols / 2);
     }
     return 0;
   }
+  // Bytes of `scales` (MXFP4 only; else 0).
+  int64_t ScaleBytes() const { return format == WeightFormat::kMxfp4 ? rows * (cols / 32) : 0; }
+  // Bytes read by one pass over the matrix (packed size for MXFP4).
+  int64_t Bytes() const { return DataBytes() + ScaleBytes(); }
   // Row r as a matrix of one row.
   Weight Row(int64_t r) const;
   // Rows [begin, begin + count); for a packed weight `begin` must be a multiple of kPackRows.

@@ -7,31 +7,11 @@
 #include "kernels/cuda/check.h"
 
 namespace kimi::gpu {
-namespace {
-
-int64_t DataBytes(const Weight& w) {
-  switch (w.format) {
-    case WeightFormat::kF32:
-      return w.rows * w.cols * 4;
-    case WeightFormat::kF16:
-    case WeightFormat::kBF16:
-      return w.rows * w.cols * 2;
-    case WeightFormat::kMxfp4:
-      return w.rows * (w.cols / 2);
-  }
-  return 0;
-}
-
-int64_t ScaleBytes(const Weight& w) {
-  return w.format == WeightFormat::kMxfp4 ? w.rows * (w.cols / 32) : 0;
-}
-
-}  // namespace
 
 void RowMajorBytes(const Weight& w, std::vector<uint8_t>* data, std::vector<uint8_t>* scales) {
   // The CPU loader may have packed the weight in place (kernels/cpu/pack.h).
-  data->assign(DataBytes(w), 0);
-  scales->assign(ScaleBytes(w), 0);
+  data->assign(w.DataBytes(), 0);
+  scales->assign(w.ScaleBytes(), 0);
   cpu::CopyRowMajor(w, data->data(), scales->data());
 }
 
@@ -67,7 +47,7 @@ absl::StatusOr<Weight> DeviceModel::Stack(const std::vector<const Weight*>& part
   out.packed = false;
   out.lane_major = false;
   out.rows = first.rows * static_cast<int64_t>(parts.size());
-  const int64_t db = DataBytes(first), sb = ScaleBytes(first);
+  const int64_t db = first.DataBytes(), sb = first.ScaleBytes();
   std::vector<uint8_t> data(db * parts.size()), scales(sb * parts.size()), d, s;
   for (size_t i = 0; i < parts.size(); ++i) {
     RowMajorBytes(*parts[i], &d, &s);

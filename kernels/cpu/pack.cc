@@ -51,19 +51,6 @@ void Reorder(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t per_row, in
 
 // Data units of a row: bf16 pairs (4 bytes, 16 per block) or MXFP4 code bytes (16 per block).
 int64_t UnitBytes(const Weight& w) { return w.format == WeightFormat::kBF16 ? 4 : 1; }
-int64_t DataBytes(const Weight& w) {
-  switch (w.format) {
-    case WeightFormat::kF32:
-      return w.rows * w.cols * 4;
-    case WeightFormat::kF16:
-    case WeightFormat::kBF16:
-      return w.rows * w.cols * 2;
-    case WeightFormat::kMxfp4:
-      return w.rows * (w.cols / 2);
-  }
-  return 0;
-}
-
 }  // namespace
 
 PackLayout PreferredPackLayout(WeightFormat format) {
@@ -79,7 +66,7 @@ bool CanPack(const Weight& w) {
 void PackInPlace(Weight* w, PackLayout layout) {
   if (!CanPack(*w)) return;
   auto* data = const_cast<uint8_t*>(static_cast<const uint8_t*>(w->data));
-  const int64_t unit = UnitBytes(*w), per_row = DataBytes(*w) / w->rows / unit;
+  const int64_t unit = UnitBytes(*w), per_row = w->DataBytes() / w->rows / unit;
   std::vector<uint8_t> group(G * per_row * unit);
   for (int64_t g = 0; g < w->rows / G; ++g) {  // a group at a time: a small scratch copy
     uint8_t* base = data + g * G * per_row * unit;
@@ -100,11 +87,11 @@ void CopyRowMajor(const Weight& w, uint8_t* data, uint8_t* scales) {
   const auto* src = static_cast<const uint8_t*>(w.data);
   const int64_t nb = w.cols / 32;
   if (!w.packed) {
-    std::memcpy(data, src, DataBytes(w));
+    std::memcpy(data, src, w.DataBytes());
     if (w.format == WeightFormat::kMxfp4) std::memcpy(scales, w.scales, w.rows * nb);
     return;
   }
-  const int64_t unit = UnitBytes(w), per_row = DataBytes(w) / w.rows / unit;
+  const int64_t unit = UnitBytes(w), per_row = w.DataBytes() / w.rows / unit;
   const PackLayout layout = w.lane_major ? PackLayout::kLanes : PackLayout::kBlocks;
   Reorder(src, data, w.rows, per_row, unit, 16, layout, /*pack=*/false);
   if (w.format == WeightFormat::kMxfp4) {
