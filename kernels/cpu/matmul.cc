@@ -52,8 +52,7 @@ float Element(const Weight& w, int64_t r, int64_t i) {
   }
   if (w.packed && w.format == WeightFormat::kMxfp4) {
     const uint8_t byte = static_cast<const uint8_t*>(w.data)[PackedUnit(w, r, i, 16)];
-    const int64_t g = r / kPackRows, nb = k / 32;
-    const float scale = kE8m0[w.scales[(g * nb + i / 32) * kPackRows + r % kPackRows]];
+    const float scale = kE8m0[w.scales[PackedUnit(w, r, i, 1)]];  // one scale per block
     return kE2m1[(i & 1) ? byte >> 4 : byte & 0xf] * scale;
   }
   switch (w.format) {

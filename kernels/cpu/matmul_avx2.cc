@@ -27,26 +27,15 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,bmi,bmi2")
+#include "kernels/cpu/matmul_avx2_common.h"
 
 namespace kimi::cpu::matmul_internal {
 namespace {
 
-#define KIMI_ALWAYS_INLINE inline __attribute__((always_inline))
+using avx2::Bf16Split;
+using avx2::WithRemainder;
 
 // --- Converting 16 stored elements into the 8 even (e) and 8 odd (o) ones, as fp32 ------------
-
-struct Bf16Split {
-  using T = uint16_t;
-  // A bf16 pair per 32-bit word: the even element in the low half.
-  KIMI_ALWAYS_INLINE static void Apply(const uint16_t* p, __m256& e, __m256& o) {
-    __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    // One load: GCC otherwise loads the 32 bytes again as the AND's memory operand (a third
-    // fewer bytes per cycle in the batch-1 stream, measured).
-    __asm__("" : "+x"(v));
-    e = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-    o = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
-  }
-};
 
 struct F16Split {
   using T = uint16_t;
@@ -316,19 +305,6 @@ inline void RowStrip(const L& l, const Problem& p, int64_t i0, int64_t n0, int64
   for (; n < n1; ++n) HalfTile<MR, 1>(l.Rows(n), xp, p.kp, y, p.ldy, n, full, rem);
 }
 
-// Calls f(std::integral_constant<int, rows>{}) for 0 < rows < N: the last, shorter strip of x rows
-// gets its own compile-time tile height. Nothing for rows == 0.
-template <int N, class F>
-KIMI_ALWAYS_INLINE void WithRemainder(int64_t rows, F&& f) {
-  if constexpr (N > 1) {
-    if (rows == N - 1) {
-      f(std::integral_constant<int, N - 1>{});
-    } else {
-      WithRemainder<N - 1>(rows, f);
-    }
-  }
-}
-
 // --- Many x rows: outer-product tiles over an fp32 panel of W ------------------------------------
 // With enough x rows to amortise it, a chunk of kPanelRows W rows is converted once into an fp32
 // panel ordered by canonical lane: for lane J (0..15), block b and parity q (even, odd element),
@@ -400,27 +376,20 @@ struct Bf16LanesLoader {
   const uint16_t* base;
   int64_t k;
 };
-void PackPanel(const Bf16LanesLoader& l, int64_t n0, int64_t rows, int64_t full, int rem,
+void PackPanel(const Bf16LanesLoader& l, int64_t n0, int64_t rows, int64_t full, int /*rem*/,
                float* panel) {
-  const int64_t nb = full;  // packed: rem == 0
+  const int64_t nb = full;  // packed: no partial block
   for (int64_t r0 = 0; r0 < kPanelRows; r0 += kPackRows) {
     const uint16_t* group = l.base + (n0 + r0) * l.k;
     for (int64_t lane = 0; lane < 16; ++lane) {
       for (int64_t b = 0; b < nb; ++b) {
         __m256 e = _mm256_setzero_ps(), o = _mm256_setzero_ps();
-        if (r0 < rows) {
-          __m256i v = _mm256_loadu_si256(
-              reinterpret_cast<const __m256i*>(group + (lane * nb + b) * 2 * kPackRows));
-          e = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-          o = _mm256_castsi256_ps(
-              _mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
-        }
+        if (r0 < rows) Bf16Split::Apply(group + (lane * nb + b) * 2 * kPackRows, e, o);
         _mm256_store_ps(panel + ((lane * nb + b) * 2 + 0) * kPanelRows + r0, e);
         _mm256_store_ps(panel + ((lane * nb + b) * 2 + 1) * kPanelRows + r0, o);
       }
     }
   }
-  (void)rem;
 }
 
 // y[i, n0 + c] for i < MR and c < cols (<= kPanelRows) from the panel.

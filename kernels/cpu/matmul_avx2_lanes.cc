@@ -19,7 +19,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/matmul_impl.h"
@@ -27,11 +26,13 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,bmi,bmi2")
+#include "kernels/cpu/matmul_avx2_common.h"
 
 namespace kimi::cpu::matmul_internal {
 namespace {
 
-#define KIMI_ALWAYS_INLINE inline __attribute__((always_inline))
+using avx2::Bf16Split;
+using avx2::WithRemainder;
 
 constexpr int64_t G = kPackRows;  // rows per group: one vector of outputs
 constexpr int kTileGroups = 24;   // groups whose weights stay in L2 while every x strip passes
@@ -50,12 +51,11 @@ struct Bf16Cursor {
   KIMI_ALWAYS_INLINE LaneRun Run(int g, int64_t lane) const {
     return {group + g * group_stride + lane * nb * 2 * G};
   }
+  KIMI_ALWAYS_INLINE Bf16Cursor Advance(int64_t g) const {
+    return {group + g * group_stride, group_stride, nb};
+  }
   KIMI_ALWAYS_INLINE static void Load(const LaneRun& r, int64_t b, __m256& e, __m256& o) {
-    __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.p + b * 2 * G));
-    // One load: GCC otherwise loads the 32 bytes again as the AND's memory operand.
-    __asm__("" : "+x"(v));
-    e = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-    o = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+    Bf16Split::Apply(r.p + b * 2 * G, e, o);
   }
 };
 
@@ -73,6 +73,9 @@ struct Mxfp4Cursor {
   };
   KIMI_ALWAYS_INLINE LaneRun Run(int g, int64_t lane) const {
     return {group + g * group_stride + lane * nb * G, scales + g * nb * G};
+  }
+  KIMI_ALWAYS_INLINE Mxfp4Cursor Advance(int64_t g) const {
+    return {group + g * group_stride, group_stride, nb, scales + g * nb * G};
   }
   KIMI_ALWAYS_INLINE static void Load(const LaneRun& r, int64_t b, __m256& e, __m256& o) {
     const __m256 mag = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
@@ -153,18 +156,6 @@ constexpr int GroupsFor(int mr) {
 }
 constexpr int kMaxStripRows = 4;
 
-// Calls f(std::integral_constant<int, n>{}) for the n in [1, N] equal to `count`.
-template <int N, class F>
-KIMI_ALWAYS_INLINE void WithCount(int64_t count, F&& f) {
-  if constexpr (N >= 1) {
-    if (count == N) {
-      f(std::integral_constant<int, N>{});
-    } else {
-      WithCount<N - 1>(count, f);
-    }
-  }
-}
-
 // MR x rows against groups [0, groups) of the cursor's tile: tiles of GroupsFor(MR) groups, then
 // one narrower tile for the rest.
 template <int MR, class Cur>
@@ -175,20 +166,10 @@ KIMI_ALWAYS_INLINE void Strip(const Cur& cur, int64_t groups, int64_t nb, const 
   for (; g + NG <= groups; g += NG) {
     LaneTile<MR, NG>(cur.Advance(g), nb, xl, ldx, y + g * G, ldy);
   }
-  WithCount<NG - 1>(groups - g, [&](auto ng) {
+  WithRemainder<NG>(groups - g, [&](auto ng) {
     LaneTile<MR, decltype(ng)::value>(cur.Advance(g), nb, xl, ldx, y + g * G, ldy);
   });
 }
-
-template <class C>
-struct Advancing : C {
-  KIMI_ALWAYS_INLINE C Advance(int64_t g) const {
-    C c = *this;
-    c.group += g * c.group_stride;
-    if constexpr (std::is_same_v<C, Mxfp4Cursor>) c.scales += g * c.nb * G;
-    return c;
-  }
-};
 
 // x rows [0, m) against the cursor's `groups` groups: strips of kMaxStripRows rows, then one
 // shorter strip.
@@ -199,7 +180,7 @@ void TileRows(const Cur& cur, int64_t groups, int64_t nb, const float* xl, int64
   for (; i + kMaxStripRows <= m; i += kMaxStripRows) {
     Strip<kMaxStripRows>(cur, groups, nb, xl + i * ldx, ldx, y + i * ldy, ldy);
   }
-  WithCount<kMaxStripRows - 1>(m - i, [&](auto mr) {
+  WithRemainder<kMaxStripRows>(m - i, [&](auto mr) {
     Strip<decltype(mr)::value>(cur, groups, nb, xl + i * ldx, ldx, y + i * ldy, ldy);
   });
 }
@@ -244,15 +225,14 @@ void LaneMajorRangeAvx2(const Problem& p, int64_t n0, int64_t n1) {
       const int64_t groups = n1 / G - g0 < kTileGroups ? n1 / G - g0 : kTileGroups;
       float* y = p.y + i0 * p.ldy + g0 * G;
       if (w.format == WeightFormat::kBF16) {
-        const Advancing<Bf16Cursor> cur{
-            {static_cast<const uint16_t*>(w.data) + g0 * G * w.cols, G * w.cols, nb}};
+        const Bf16Cursor cur{static_cast<const uint16_t*>(w.data) + g0 * G * w.cols, G * w.cols,
+                             nb};
         TileRows(cur, groups, nb, xl + i0 * p.kp, p.kp, rows, y, p.ldy);
       } else {
         const uint8_t* s = w.scales + g0 * nb * G;
         for (int64_t t = 0; t < groups * nb * G; ++t) scales[t] = kE8m0[s[t]];
-        const Advancing<Mxfp4Cursor> cur{
-            {static_cast<const uint8_t*>(w.data) + g0 * G * (w.cols / 2), G * (w.cols / 2), nb,
-             scales}};
+        const Mxfp4Cursor cur{static_cast<const uint8_t*>(w.data) + g0 * G * (w.cols / 2),
+                              G * (w.cols / 2), nb, scales};
         TileRows(cur, groups, nb, xl + i0 * p.kp, p.kp, rows, y, p.ldy);
       }
     }

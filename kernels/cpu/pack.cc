@@ -10,9 +10,19 @@ namespace {
 
 constexpr int64_t G = kPackRows;
 
-// Where unit u (0 <= u < per_row) of row j of a group goes, for `units_per_row` units per row.
-// kBlocks moves `block_units` units at a time (a block's worth of one row); kLanes one unit (a
-// lane's pair: 4 bytes of bf16, 1 byte of MXFP4 codes) at a time.
+// How a layout moves a row's data: `unit` bytes at a time, `block_units` units per 32 columns.
+// kBlocks moves a row's whole block (64 bytes of bf16, 16 of MXFP4 codes); kLanes one lane's pair
+// (4 bytes of bf16, 1 byte of codes).
+struct Units {
+  int64_t unit, block_units;
+};
+Units DataUnits(const Weight& w, PackLayout layout) {
+  const int64_t pair = w.format == WeightFormat::kBF16 ? 4 : 1;
+  return layout == PackLayout::kBlocks ? Units{16 * pair, 1} : Units{pair, 16};
+}
+constexpr Units kScaleUnits{1, 1};  // one scale byte per block, in the block order of both layouts
+
+// Where unit u of row j of a group goes, for `per_row` units per row.
 int64_t PackedUnit(PackLayout layout, int64_t j, int64_t u, int64_t per_row, int64_t block_units) {
   const int64_t nb = per_row / block_units, b = u / block_units, i = u % block_units;
   if (layout == PackLayout::kBlocks) return (b * G + j) * block_units + i;
@@ -24,8 +34,7 @@ int64_t PackedUnit(PackLayout layout, int64_t j, int64_t u, int64_t per_row, int
 template <int64_t kUnit>
 void ReorderUnits(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t per_row,
                   int64_t block_units, PackLayout layout, bool pack) {
-  constexpr int64_t unit = kUnit;
-  const int64_t group_bytes = G * per_row * unit;
+  const int64_t group_bytes = G * per_row * kUnit;
   for (int64_t g = 0; g < rows / G; ++g) {
     const uint8_t* in = src + g * group_bytes;
     uint8_t* out = dst + g * group_bytes;
@@ -33,24 +42,29 @@ void ReorderUnits(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t per_ro
       for (int64_t u = 0; u < per_row; ++u) {
         const int64_t row_major = j * per_row + u;
         const int64_t packed = PackedUnit(layout, j, u, per_row, block_units);
-        std::memcpy(out + (pack ? packed : row_major) * unit,
-                    in + (pack ? row_major : packed) * unit, unit);
+        std::memcpy(out + (pack ? packed : row_major) * kUnit,
+                    in + (pack ? row_major : packed) * kUnit, kUnit);
       }
     }
   }
 }
 
-void Reorder(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t per_row, int64_t unit,
-             int64_t block_units, PackLayout layout, bool pack) {
-  if (unit == 4) {
-    ReorderUnits<4>(src, dst, rows, per_row, block_units, layout, pack);
-  } else {
-    ReorderUnits<1>(src, dst, rows, per_row, block_units, layout, pack);
+// `bytes` bytes per row (a multiple of units.unit).
+void Reorder(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t bytes, Units units,
+             PackLayout layout, bool pack) {
+  const int64_t per_row = bytes / units.unit, bu = units.block_units;
+  switch (units.unit) {
+    case 1:
+      return ReorderUnits<1>(src, dst, rows, per_row, bu, layout, pack);
+    case 4:
+      return ReorderUnits<4>(src, dst, rows, per_row, bu, layout, pack);
+    case 16:
+      return ReorderUnits<16>(src, dst, rows, per_row, bu, layout, pack);
+    default:
+      return ReorderUnits<64>(src, dst, rows, per_row, bu, layout, pack);
   }
 }
 
-// Data units of a row: bf16 pairs (4 bytes, 16 per block) or MXFP4 code bytes (16 per block).
-int64_t UnitBytes(const Weight& w) { return w.format == WeightFormat::kBF16 ? 4 : 1; }
 }  // namespace
 
 PackLayout PreferredPackLayout(WeightFormat format) {
@@ -66,18 +80,18 @@ bool CanPack(const Weight& w) {
 void PackInPlace(Weight* w, PackLayout layout) {
   if (!CanPack(*w)) return;
   auto* data = const_cast<uint8_t*>(static_cast<const uint8_t*>(w->data));
-  const int64_t unit = UnitBytes(*w), per_row = w->DataBytes() / w->rows / unit;
-  std::vector<uint8_t> group(G * per_row * unit);
+  const int64_t row_bytes = w->DataBytes() / w->rows;
+  std::vector<uint8_t> group(G * row_bytes);
   for (int64_t g = 0; g < w->rows / G; ++g) {  // a group at a time: a small scratch copy
-    uint8_t* base = data + g * G * per_row * unit;
+    uint8_t* base = data + g * G * row_bytes;
     std::memcpy(group.data(), base, group.size());
-    Reorder(group.data(), base, G, per_row, unit, 16, layout, /*pack=*/true);
+    Reorder(group.data(), base, G, row_bytes, DataUnits(*w, layout), layout, /*pack=*/true);
   }
   if (w->format == WeightFormat::kMxfp4) {
     auto* scales = const_cast<uint8_t*>(w->scales);
-    const int64_t nb = w->cols / 32;
-    std::vector<uint8_t> copy(scales, scales + w->rows * nb);
-    Reorder(copy.data(), scales, w->rows, nb, 1, 1, PackLayout::kBlocks, /*pack=*/true);
+    const std::vector<uint8_t> copy(scales, scales + w->ScaleBytes());
+    Reorder(copy.data(), scales, w->rows, w->cols / 32, kScaleUnits, PackLayout::kBlocks,
+            /*pack=*/true);
   }
   w->packed = true;
   w->lane_major = layout == PackLayout::kLanes;
@@ -85,17 +99,17 @@ void PackInPlace(Weight* w, PackLayout layout) {
 
 void CopyRowMajor(const Weight& w, uint8_t* data, uint8_t* scales) {
   const auto* src = static_cast<const uint8_t*>(w.data);
-  const int64_t nb = w.cols / 32;
   if (!w.packed) {
     std::memcpy(data, src, w.DataBytes());
-    if (w.format == WeightFormat::kMxfp4) std::memcpy(scales, w.scales, w.rows * nb);
+    if (w.format == WeightFormat::kMxfp4) std::memcpy(scales, w.scales, w.ScaleBytes());
     return;
   }
-  const int64_t unit = UnitBytes(w), per_row = w.DataBytes() / w.rows / unit;
   const PackLayout layout = w.lane_major ? PackLayout::kLanes : PackLayout::kBlocks;
-  Reorder(src, data, w.rows, per_row, unit, 16, layout, /*pack=*/false);
+  Reorder(src, data, w.rows, w.DataBytes() / w.rows, DataUnits(w, layout), layout,
+          /*pack=*/false);
   if (w.format == WeightFormat::kMxfp4) {
-    Reorder(w.scales, scales, w.rows, nb, 1, 1, PackLayout::kBlocks, /*pack=*/false);
+    Reorder(w.scales, scales, w.rows, w.cols / 32, kScaleUnits, PackLayout::kBlocks,
+            /*pack=*/false);
   }
 }
 
