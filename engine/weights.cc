@@ -84,7 +84,7 @@ Weight Model::SliceColumns(const Weight& w, int64_t begin, int64_t count) {
   Weight out = w;
   out.cols = count;
   out.packed = false;
-  out.lane_major = false;
+  out.layout = PackLayout::kBlocks;
   const auto* src = static_cast<const uint8_t*>(w.data);
   if (w.format == WeightFormat::kMxfp4) {
     // Two codes per byte and one scale per 32 columns: the range is whole 32-column blocks.
@@ -400,12 +400,12 @@ int64_t Model::PackMatrices() {
   for (Weight* x : all) {
     if (unique.count(x->data) && unique[x->data]->packed) {
       x->packed = true;
-      x->lane_major = unique[x->data]->lane_major;
+      x->layout = unique[x->data]->layout;
     }
   }
   if (w.embed.data == w.lm_head.data) {
     w.embed.packed = w.lm_head.packed;
-    w.embed.lane_major = w.lm_head.lane_major;
+    w.embed.layout = w.lm_head.layout;
   }
   return bytes;
 }

@@ -12,26 +12,29 @@ enum class WeightFormat : uint8_t {
   kF32,
   kF16,
   kBF16,
-  // OCP MXFP4 as compressed-tensors writes it: `data` is [rows, cols/2] bytes holding two E2M1 codes
-  // each (low nibble = even column), `scales` is [rows, cols/32] E8M0 bytes (2^(s-127)).
+  // OCP MXFP4 as compressed-tensors writes it: `data` is [rows, cols/2] bytes holding two E2M1
+  // codes each (low nibble = even column), `scales` is [rows, cols/32] E8M0 bytes (2^(s-127)).
   kMxfp4,
 };
 
 // Rows per group of the packed layout (kernels/cpu/pack.h).
 constexpr int64_t kPackRows = 8;
 
+// How a packed weight orders the bytes of each group (kernels/cpu/pack.h): by 32-column block, by
+// canonical lane, or (MXFP4 only) by row pair sharing each code byte.
+enum class PackLayout : uint8_t { kBlocks, kLanes, kPairs };
+
 // [rows, cols] row-major, PyTorch's [out_features, in_features] -- or, when `packed`, the same
-// bytes reordered within each group of kPackRows rows (kernels/cpu/pack.h: per 32-column block, or
-// per canonical lane when `lane_major`); a group occupies exactly the bytes its rows would, so
-// views of whole groups keep their addresses.
+// bytes reordered within each group of kPackRows rows as `layout` says (kernels/cpu/pack.h); a
+// group occupies exactly the bytes its rows would, so views of whole groups keep their addresses.
 struct Weight {
   const void* data = nullptr;
   const uint8_t* scales = nullptr;  // kMxfp4 only
   WeightFormat format = WeightFormat::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
-  bool packed = false;  // bf16 or MXFP4, rows % kPackRows == 0, cols % 32 == 0
-  bool lane_major = false;  // with `packed`: the lane-major layout, else the block-interleaved one
+  bool packed = false;                      // bf16 or MXFP4, rows % kPackRows == 0, cols % 32 == 0
+  PackLayout layout = PackLayout::kBlocks;  // meaningful with `packed`
 
   // Bytes of `data`: the elements, or for MXFP4 the codes (two per byte).
   int64_t DataBytes() const {

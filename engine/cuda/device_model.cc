@@ -45,7 +45,7 @@ absl::StatusOr<Weight> DeviceModel::Stack(const std::vector<const Weight*>& part
   }
   Weight out = first;
   out.packed = false;
-  out.lane_major = false;
+  out.layout = PackLayout::kBlocks;
   out.rows = first.rows * static_cast<int64_t>(parts.size());
   const int64_t db = first.DataBytes(), sb = first.ScaleBytes();
   std::vector<uint8_t> data(db * parts.size()), scales(sb * parts.size()), d, s;

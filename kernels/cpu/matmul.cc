@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/matmul_impl.h"
+#include "kernels/cpu/pack.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/dtype.h"
 
@@ -33,12 +34,14 @@ struct E8m0Table {
 };
 constexpr E8m0Table kE8m0Table;
 
-// Offset of the unit (a bf16 pair, an MXFP4 code byte) holding element i of row r in a packed
-// weight (kernels/cpu/pack.h), in units; `per_block` units per 32 columns of a row.
+// Offset of the unit (a bf16 pair, an MXFP4 code byte or scale) holding element i of row r in a
+// packed weight (kernels/cpu/pack.h), in units; `per_block` units per 32 columns of a row. Not for
+// kPairs codes (their nibbles move between bytes: PairsCodeByte); scales are in block order in
+// every layout.
 int64_t PackedUnit(const Weight& w, int64_t r, int64_t i, int64_t per_block) {
   const int64_t g = r / kPackRows, j = r % kPackRows, b = i / 32, u = (i % 32) * per_block / 32;
   const int64_t nb = w.cols / 32, group = g * kPackRows * nb * per_block;
-  if (w.lane_major) return group + ((u * nb + b) * kPackRows + j);
+  if (w.layout == PackLayout::kLanes) return group + ((u * nb + b) * kPackRows + j);
   return group + (b * kPackRows + j) * per_block + u;
 }
 
@@ -51,8 +54,14 @@ float Element(const Weight& w, int64_t r, int64_t i) {
     return Bf16ToF32(pair[i & 1]);
   }
   if (w.packed && w.format == WeightFormat::kMxfp4) {
-    const uint8_t byte = static_cast<const uint8_t*>(w.data)[PackedUnit(w, r, i, 16)];
     const float scale = kE8m0[w.scales[PackedUnit(w, r, i, 1)]];  // one scale per block
+    const auto* codes = static_cast<const uint8_t*>(w.data);
+    if (w.layout == PackLayout::kPairs) {
+      const int64_t group = (r / kPackRows) * kPackRows * (k / 2), j = r % kPackRows;
+      const uint8_t byte = codes[group + PairsCodeByte(j, i / 32, i % 32)];
+      return kE2m1[j % 2 ? byte >> 4 : byte & 0xf] * scale;
+    }
+    const uint8_t byte = codes[PackedUnit(w, r, i, 16)];
     return kE2m1[(i & 1) ? byte >> 4 : byte & 0xf] * scale;
   }
   switch (w.format) {
@@ -183,7 +192,7 @@ void Record(const Weight& w, int64_t m) {
 // Whether w takes the bf16 dot product: bf16 weights while it is on. Lane-major packed weights are
 // packed so only where the machine has no bf16 dot product (kernels/cpu/pack.h), and keep fp32.
 bool Bf16Path(bool bf16_mode, const Weight& w) {
-  return bf16_mode && w.format == WeightFormat::kBF16 && !w.lane_major;
+  return bf16_mode && w.format == WeightFormat::kBF16 && w.layout != PackLayout::kLanes;
 }
 
 // Rows of W handed out together: a multiple of every tile height the kernels use.

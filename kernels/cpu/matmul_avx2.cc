@@ -23,7 +23,37 @@
 #include <vector>
 
 #include "kernels/cpu/matmul_impl.h"
+#include "kernels/cpu/pack.h"
 #include <immintrin.h>
+
+namespace kimi::cpu::matmul_internal {
+namespace {
+
+// The kPairs decode's tables (built here, before the AVX2 target region, because static
+// initialisation runs on every machine). A decoded MXFP4 weight E2M1(code) * 2^(s - 127) has at
+// most two significant bits, so as an fp32 its low 16 bits are zero (subnormal at s = 0, infinity
+// and NaN at the top included): it is a bf16. bytes[s][0][c] and bytes[s][1][c] are the high and
+// low byte of that bf16 for code c, with the bits DecodeMxfp4 produces (the product, then the
+// sign).
+struct Mxfp4ByteTables {
+  alignas(32) uint8_t bytes[256][2][16];
+  Mxfp4ByteTables() {
+    for (int s = 0; s < 256; ++s) {
+      for (int c = 0; c < 16; ++c) {
+        const float v = kE2m1[c & 7] * kE8m0[s];
+        uint32_t bits;
+        std::memcpy(&bits, &v, 4);
+        bits ^= static_cast<uint32_t>(c & 8) << 28;
+        bytes[s][0][c] = static_cast<uint8_t>(bits >> 24);
+        bytes[s][1][c] = static_cast<uint8_t>(bits >> 16);
+      }
+    }
+  }
+};
+const Mxfp4ByteTables kMxfp4Bytes;
+
+}  // namespace
+}  // namespace kimi::cpu::matmul_internal
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,bmi,bmi2")
@@ -136,6 +166,47 @@ struct Mxfp4PackedRows {
   }
 };
 
+// kPairs MXFP4 (kernels/cpu/pack.h): 32 bytes hold one block of two rows, row 2p's codes in the
+// low nibbles and row 2p + 1's in the high ones. Per row, two vpshufb look the 32 codes up in the
+// scale's byte tables, and two in-lane byte unpacks plus a shift and a mask give the four vectors
+// (half, parity) of canonical lanes -- about 2.5 vector operations per 8 weights, where
+// DecodeMxfp4 takes 6.
+KIMI_ALWAYS_INLINE __m256i PairRun(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+// The 32 codes of the run's row with parity `odd`, one per byte.
+KIMI_ALWAYS_INLINE __m256i PairCodes(__m256i run, int odd) {
+  return _mm256_and_si256(odd ? _mm256_srli_epi16(run, 4) : run, _mm256_set1_epi8(0x0f));
+}
+// The 16 bf16 words of half h of the row (codes from PairCodes, scale byte s): even elements in
+// the low halves of the 32-bit words.
+KIMI_ALWAYS_INLINE __m256i PairWords(__m256i codes, uint8_t s, int h) {
+  const auto* t = reinterpret_cast<const __m128i*>(kMxfp4Bytes.bytes[s]);
+  const __m256i hi = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_load_si128(t)), codes);
+  const __m256i lo = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_load_si128(t + 1)), codes);
+  return h ? _mm256_unpackhi_epi8(lo, hi) : _mm256_unpacklo_epi8(lo, hi);
+}
+KIMI_ALWAYS_INLINE void WordsToF32(__m256i w, __m256& e, __m256& o) {
+  e = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  o = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+struct Mxfp4PairsRows {
+  static constexpr bool kPacked = true;
+  const uint8_t* codes;   // the group's block 0
+  const uint8_t* scales;  // the group's block 0
+  int row;                // row r's index in its group
+  KIMI_ALWAYS_INLINE void LoadHalf(int j, int64_t b, int h, __m256& e, __m256& o) const {
+    const int r = row + j;
+    const __m256i codes_r = PairCodes(PairRun(codes + b * 16 * kPackRows + (r / 2) * 32), r % 2);
+    WordsToF32(PairWords(codes_r, scales[b * kPackRows + r], h), e, o);
+  }
+  KIMI_ALWAYS_INLINE void LoadTailHalf(int, int64_t, int, int, __m256& e, __m256& o) const {
+    e = _mm256_setzero_ps();
+    o = _mm256_setzero_ps();
+  }
+};
+
 // --- Loaders: a weight, handing out row cursors ------------------------------------------------
 
 template <class S>
@@ -169,6 +240,17 @@ struct Mxfp4PackedLoader {
   KIMI_ALWAYS_INLINE Mxfp4PackedRows Rows(int64_t r) const {
     const int64_t g = r / kPackRows, j = r % kPackRows;
     return {codes + g * kPackRows * (k / 2) + j * 16, scales + g * kPackRows * (k / 32) + j};
+  }
+};
+
+struct Mxfp4PairsLoader {
+  const uint8_t* codes;
+  const uint8_t* scales;
+  int64_t k;
+  KIMI_ALWAYS_INLINE Mxfp4PairsRows Rows(int64_t r) const {
+    const int64_t g = r / kPackRows;
+    return {codes + g * kPackRows * (k / 2), scales + g * kPackRows * (k / 32),
+            static_cast<int>(r % kPackRows)};
   }
 };
 
@@ -285,6 +367,59 @@ inline void GroupTile(const R& w, const float* xp, float* y, int64_t n, int64_t 
     const int64_t b1 = b0 + kSegment < full ? b0 + kSegment : full;
     GroupSegment(w, xp, b0, b1, 0, lo);
     GroupSegment(w, xp, b0, b1, 1, hi);
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < kPackRows; ++j) {
+    y[n + j] = Reduce(_mm256_load_ps(lo[j]), _mm256_load_ps(hi[j]));
+  }
+}
+
+// The same for kPairs MXFP4, whose 32-byte runs hold both halves of two rows: a pass over a
+// segment takes two runs (rows 4q .. 4q + 3) and both halves of their lanes, 8 accumulators, so
+// every code is decoded once.
+KIMI_ALWAYS_INLINE void PairSegment(const Mxfp4PairsRows& w, const float* xp, int64_t b0,
+                                    int64_t b1, int q, float (*lo)[8], float (*hi)[8]) {
+  __m256 acc[4][2];
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) {
+    acc[r][0] = _mm256_load_ps(lo[4 * q + r]);
+    acc[r][1] = _mm256_load_ps(hi[4 * q + r]);
+  }
+  for (int64_t b = b0; b < b1; ++b) {
+    const float* x = xp + b * 32;  // even lanes 0..15, then odd lanes 0..15
+#pragma GCC unroll 2
+    for (int pp = 0; pp < 2; ++pp) {
+      const int p = 2 * q + pp;
+      const __m256i run = PairRun(w.codes + b * 16 * kPackRows + p * 32);
+#pragma GCC unroll 2
+      for (int odd = 0; odd < 2; ++odd) {
+        const __m256i codes = PairCodes(run, odd);
+        const uint8_t s = w.scales[b * kPackRows + 2 * p + odd];
+        __m256 e, o;
+        __m256(&a)[2] = acc[2 * pp + odd];
+        WordsToF32(PairWords(codes, s, 0), e, o);
+        a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(x), e, a[0]);
+        a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + 16), o, a[0]);
+        WordsToF32(PairWords(codes, s, 1), e, o);
+        a[1] = _mm256_fmadd_ps(_mm256_loadu_ps(x + 8), e, a[1]);
+        a[1] = _mm256_fmadd_ps(_mm256_loadu_ps(x + 24), o, a[1]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) {
+    _mm256_store_ps(lo[4 * q + r], acc[r][0]);
+    _mm256_store_ps(hi[4 * q + r], acc[r][1]);
+  }
+}
+
+inline void GroupTile(const Mxfp4PairsRows& w, const float* xp, float* y, int64_t n, int64_t full) {
+  alignas(32) float lo[kPackRows][8] = {};
+  alignas(32) float hi[kPackRows][8] = {};
+  for (int64_t b0 = 0; b0 < full; b0 += kSegment) {
+    const int64_t b1 = b0 + kSegment < full ? b0 + kSegment : full;
+    PairSegment(w, xp, b0, b1, 0, lo, hi);
+    PairSegment(w, xp, b0, b1, 1, lo, hi);
   }
 #pragma GCC unroll 8
   for (int j = 0; j < kPackRows; ++j) {
@@ -503,7 +638,7 @@ void RangeWith(const L& l, const Problem& p, int64_t n0, int64_t n1) {
 
 void Range(const Problem& p, int64_t n0, int64_t n1) {
   const Weight& w = *p.w;
-  if (w.lane_major) {
+  if (w.packed && w.layout == PackLayout::kLanes) {
     // Many x rows: the fp32 panel, converted once per chunk, beats converting bf16 in every tile.
     if (w.format == WeightFormat::kBF16 && p.m >= kPanelMinM) {
       PanelRange(Bf16LanesLoader{static_cast<const uint16_t*>(w.data), w.cols}, p, n0, n1,
@@ -530,7 +665,9 @@ void Range(const Problem& p, int64_t n0, int64_t n1) {
       return;
     case WeightFormat::kMxfp4: {
       const auto* codes = static_cast<const uint8_t*>(w.data);
-      if (w.packed) {
+      if (w.packed && w.layout == PackLayout::kPairs) {
+        RangeWith(Mxfp4PairsLoader{codes, w.scales, k}, p, n0, n1);
+      } else if (w.packed) {
         RangeWith(Mxfp4PackedLoader{codes, w.scales, k}, p, n0, n1);
       } else {
         RangeWith(Mxfp4Loader{codes, w.scales, k}, p, n0, n1);
@@ -543,6 +680,8 @@ void Range(const Problem& p, int64_t n0, int64_t n1) {
 }  // namespace
 
 #pragma GCC pop_options
+
+void PairsRangeAvx2(const Problem& p, int64_t n0, int64_t n1) { Range(p, n0, n1); }
 
 const Kernels* Avx2Kernels() {
   static const Kernels k{"avx2", &Range};

@@ -13,7 +13,7 @@
 // FMA pipes. One lane at a time, a tile reads NG contiguous runs of weights (one per group), which
 // suits the hardware prefetcher at every m, batch-1 decode included. matmul_avx2.cc sends bf16
 // products of 32+ rows to its fp32 panel instead; MXFP4 weights are packed lane-major only when a
-// caller asks (tests), PreferredPackLayout keeps them in blocks.
+// caller asks (tests); PreferredPackLayout gives them kPairs (matmul_avx2.cc).
 // GCC 12 reports its own _mm256_undefined_* helpers as uninitialised (a known false positive).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

@@ -288,10 +288,9 @@ void RangeWith(const L& l, const Problem& p, int64_t n0, int64_t n1) {
 
 void Range(const Problem& p, int64_t n0, int64_t n1) {
   const Weight& w = *p.w;
-  if (w.lane_major) {  // packed for AVX2 (kernels/cpu/pack.h): the same bits from its kernels
-    LaneMajorRangeAvx2(p, n0, n1);
-    return;
-  }
+  // Layouts packed for AVX2 (kernels/cpu/pack.h): the same bits from its kernels.
+  if (w.packed && w.layout == PackLayout::kLanes) return LaneMajorRangeAvx2(p, n0, n1);
+  if (w.packed && w.layout == PackLayout::kPairs) return PairsRangeAvx2(p, n0, n1);
   switch (w.format) {
     case WeightFormat::kBF16:
       if (w.packed) {
@@ -378,7 +377,8 @@ inline void StripBf16(const Bf16Raw& l, const Problem& p, int64_t i0, int64_t n0
 
 void RangeBf16(const Problem& p, int64_t n0, int64_t n1) {
   const Weight& w = *p.w;
-  assert(!w.lane_major);  // matmul.cc keeps lane-major weights on the fp32 path
+  // matmul.cc keeps lane-major weights on the fp32 path; kPairs is MXFP4 only.
+  assert(!w.packed || w.layout == PackLayout::kBlocks);
   const Bf16Raw l{static_cast<const uint16_t*>(w.data), w.cols, w.packed};
   const int64_t full = w.cols / 32;
   const int rem = static_cast<int>(w.cols % 32);

@@ -50,6 +50,8 @@ const Kernels* ScalarKernels();
 // kPackRows. Every instruction set's range hands such weights here (the machines that pack them
 // so have AVX2).
 void LaneMajorRangeAvx2(const Problem& p, int64_t n0, int64_t n1);
+// The same for kPairs MXFP4 weights.
+void PairsRangeAvx2(const Problem& p, int64_t n0, int64_t n1);
 
 // xp[kp] = x[k] in the canonical layout.
 void PermuteRow(float* xp, const float* x, int64_t k, int64_t kp);

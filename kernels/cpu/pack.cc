@@ -65,11 +65,43 @@ void Reorder(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t bytes, Unit
   }
 }
 
+// kPairs (MXFP4 codes): moves every nibble of `rows` rows of `cols` columns between the row-major
+// order and PairsCodeByte's; packing when `pack`, else the inverse.
+void ReorderPairs(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t cols, bool pack) {
+  const int64_t group_bytes = G * cols / 2;
+  std::memset(dst, 0, rows / G * group_bytes);
+  for (int64_t g = 0; g < rows / G; ++g) {
+    const uint8_t* in = src + g * group_bytes;
+    uint8_t* out = dst + g * group_bytes;
+    for (int64_t j = 0; j < G; ++j) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t row_major = j * cols / 2 + c / 2, row_major_shift = 4 * (c % 2);
+        const int64_t packed = PairsCodeByte(j, c / 32, c % 32), packed_shift = 4 * (j % 2);
+        const int64_t from = pack ? row_major : packed, to = pack ? packed : row_major;
+        const int64_t from_shift = pack ? row_major_shift : packed_shift;
+        const int64_t to_shift = pack ? packed_shift : row_major_shift;
+        out[to] = static_cast<uint8_t>(out[to] | ((in[from] >> from_shift) & 0xf) << to_shift);
+      }
+    }
+  }
+}
+
+// Reorders `rows` rows of w's data from src to dst for `layout`.
+void ReorderData(const Weight& w, const uint8_t* src, uint8_t* dst, int64_t rows, PackLayout layout,
+                 bool pack) {
+  if (layout == PackLayout::kPairs) return ReorderPairs(src, dst, rows, w.cols, pack);
+  Reorder(src, dst, rows, w.DataBytes() / w.rows, DataUnits(w, layout), layout, pack);
+}
+
 }  // namespace
 
 PackLayout PreferredPackLayout(WeightFormat format) {
-  return format == WeightFormat::kBF16 && MatMulIsa() != Isa::kAvx512 ? PackLayout::kLanes
-                                                                      : PackLayout::kBlocks;
+  if (MatMulIsa() != Isa::kAvx2) return PackLayout::kBlocks;
+  return format == WeightFormat::kMxfp4 ? PackLayout::kPairs : PackLayout::kLanes;
+}
+
+bool LayoutFits(PackLayout layout, WeightFormat format) {
+  return layout != PackLayout::kPairs || format == WeightFormat::kMxfp4;
 }
 
 bool CanPack(const Weight& w) {
@@ -78,14 +110,14 @@ bool CanPack(const Weight& w) {
 }
 
 void PackInPlace(Weight* w, PackLayout layout) {
-  if (!CanPack(*w)) return;
+  if (!CanPack(*w) || !LayoutFits(layout, w->format)) return;
   auto* data = const_cast<uint8_t*>(static_cast<const uint8_t*>(w->data));
   const int64_t row_bytes = w->DataBytes() / w->rows;
   std::vector<uint8_t> group(G * row_bytes);
   for (int64_t g = 0; g < w->rows / G; ++g) {  // a group at a time: a small scratch copy
     uint8_t* base = data + g * G * row_bytes;
     std::memcpy(group.data(), base, group.size());
-    Reorder(group.data(), base, G, row_bytes, DataUnits(*w, layout), layout, /*pack=*/true);
+    ReorderData(*w, group.data(), base, G, layout, /*pack=*/true);
   }
   if (w->format == WeightFormat::kMxfp4) {
     auto* scales = const_cast<uint8_t*>(w->scales);
@@ -94,7 +126,7 @@ void PackInPlace(Weight* w, PackLayout layout) {
             /*pack=*/true);
   }
   w->packed = true;
-  w->lane_major = layout == PackLayout::kLanes;
+  w->layout = layout;
 }
 
 void CopyRowMajor(const Weight& w, uint8_t* data, uint8_t* scales) {
@@ -104,9 +136,7 @@ void CopyRowMajor(const Weight& w, uint8_t* data, uint8_t* scales) {
     if (w.format == WeightFormat::kMxfp4) std::memcpy(scales, w.scales, w.ScaleBytes());
     return;
   }
-  const PackLayout layout = w.lane_major ? PackLayout::kLanes : PackLayout::kBlocks;
-  Reorder(src, data, w.rows, w.DataBytes() / w.rows, DataUnits(w, layout), layout,
-          /*pack=*/false);
+  ReorderData(w, src, data, w.rows, w.layout, /*pack=*/false);
   if (w.format == WeightFormat::kMxfp4) {
     Reorder(w.scales, scales, w.rows, w.cols / 32, kScaleUnits, PackLayout::kBlocks,
             /*pack=*/false);

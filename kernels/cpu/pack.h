@@ -1,8 +1,8 @@
 // Weight packing: each group of kPackRows rows reordered so that a kernel reads one linear stream
-// per group (the hardware prefetcher's favourite pattern) instead of kPackRows short ones. Two
-// layouts of a [rows, cols] matrix, rows % kPackRows == 0, cols % 32 == 0 (G = kPackRows, nb =
-// cols / 32 blocks of 32 columns; canonical lane J = 0..15 of a block holds its columns 2J, 2J + 1,
-// matmul_impl.h):
+// per group (the hardware prefetcher's favourite pattern) instead of kPackRows short ones. Three
+// layouts (kimi::PackLayout, kernels/weight.h) of a [rows, cols] matrix, rows % kPackRows == 0,
+// cols % 32 == 0 (G = kPackRows, nb = cols / 32 blocks of 32 columns; canonical lane J = 0..15 of a
+// block holds its columns 2J, 2J + 1, matmul_impl.h):
 //
 // kBlocks, for dot products (AVX-512): block after block, the G rows' 32 elements each.
 //   bf16:  element (g*G + j, 32b + i) at  g*G*cols + (b*G + j)*32 + i                (uint16 units)
@@ -11,7 +11,10 @@
 // after block, the G rows' pair of that lane.
 //   bf16:  element (g*G + j, 32b + 2J + q) at  g*G*cols + ((J*nb + b)*G + j)*2 + q   (uint16 units)
 //   MXFP4: code byte of (g*G + j, 32b + 2J) at  g*G*cols/2 + (J*nb + b)*G + j        (1 byte)
-// Both: MXFP4 scale of (g*G + j, block b) at  g*G*nb + b*G + j                       (1 byte)
+// kPairs, MXFP4 only, for AVX2's byte-shuffle decode: block after block, G/2 runs of 32 bytes; run
+//   p holds rows 2p (low nibbles) and 2p + 1 (high nibbles), each row's 32 codes in the order the
+//   decode's in-lane unpacks produce canonical lanes (PairsCodeByte below).
+// All: MXFP4 scale of (g*G + j, block b) at   g*G*nb + b*G + j                      (1 byte)
 //
 // A group fills exactly the bytes of its G rows in row-major order. Packing changes no value and no
 // summation order (matmul_impl.h): results are bit-identical to the unpacked weight.
@@ -23,19 +26,29 @@
 
 namespace kimi::cpu {
 
-enum class PackLayout { kBlocks, kLanes };
+// kPairs: the byte, from the start of its group, holding the code of element i (0..31) of block b
+// of row j (0..G-1) of the group; the low nibble for even j. Element i is canonical lane
+// L = (i % 16) / 2, parity q = i % 2, of half h = i / 16: the decode turns 32 bytes into the
+// vectors (h, q) = (0, 0), (0, 1), (1, 0), (1, 1) of each row, lanes 0..3 from bytes 0..15 and
+// lanes 4..7 from bytes 16..31 (AVX2 shuffles stay within 128-bit halves).
+constexpr int64_t PairsCodeByte(int64_t j, int64_t b, int64_t i) {
+  const int64_t h = i / 16, q = i % 2, lane = (i % 16) / 2;
+  return (b * (kPackRows / 2) + j / 2) * 32 + 8 * h + q + 2 * (lane % 4) + 16 * (lane / 4);
+}
 
-// The layout this machine's MatMul kernels read fastest for `format`: kLanes for bf16 where they
-// are AVX2's, kBlocks otherwise (AVX-512's dot products; MXFP4, whose per-row scale the blocks
-// layout folds into the decode table once per block and row). Every kernel reads both layouts.
+// The layout this machine's MatMul kernels read fastest for `format`. On AVX2 machines: kLanes for
+// bf16, kPairs for MXFP4. On AVX-512 ones (their dot products) and scalar ones: kBlocks. Every
+// kernel reads every layout.
 PackLayout PreferredPackLayout(WeightFormat format);
 
 // True when `w` can be packed: bf16 or MXFP4, unpacked, rows % kPackRows == 0, cols % 32 == 0.
 bool CanPack(const Weight& w);
+// True when `layout` applies to `format` (kPairs: MXFP4 only).
+bool LayoutFits(PackLayout layout, WeightFormat format);
 
 // Reorders w's bytes in place (data, and scales for MXFP4; both must be writable and be the
-// memory w points to) and sets w->packed (and w->lane_major). A weight that cannot be packed is
-// left as it is.
+// memory w points to) and sets w->packed and w->layout. A weight that cannot be packed is
+// left as it is, and so is one whose format `layout` does not fit.
 void PackInPlace(Weight* w, PackLayout layout);
 inline void PackInPlace(Weight* w) { PackInPlace(w, PreferredPackLayout(w->format)); }
 

@@ -181,23 +181,25 @@ TEST_P(MatMulTest, EveryIsaMatchesDoubleReference) {
   SetMatMulIsa(saved);
 }
 
-// Both packed layouts (kernels/cpu/pack.h) hold the same values and give the same bits, on every
+// Every packed layout (kernels/cpu/pack.h) holds the same values and gives the same bits, on every
 // instruction set. The shapes reach every tile: 1..13 x rows (the lane-major kernel's strips of 6
 // and each shorter one), 1..17 groups of rows (its tiles of 2..8 groups and each narrower one),
 // one to 32 blocks of columns.
 TEST_P(MatMulTest, PackedEqualsUnpackedBitwise) {
   const Isa saved = MatMulIsa();
-  std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {{1, 64, 256}, {3, 24, 1024},
-                                                               {37, 40, 96}, {70, 16, 64}};
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {
+      {1, 64, 256}, {3, 24, 1024}, {37, 40, 96}, {70, 16, 64}};
   for (int64_t m = 1; m <= 13; ++m) shapes.push_back({m, 136, 64});
   for (int64_t groups = 1; groups <= 9; ++groups) shapes.push_back({2, groups * kPackRows, 32});
-  for (const PackLayout layout : {PackLayout::kBlocks, PackLayout::kLanes}) {
+  for (const PackLayout layout : {PackLayout::kBlocks, PackLayout::kLanes, PackLayout::kPairs}) {
     for (auto [m, n, k] : shapes) {
       const Stored s = MakeWeight(GetParam(), n, k, 41);
       Stored p = MakeWeight(GetParam(), n, k, 41);
       PackInPlace(&p.w, layout);
-      ASSERT_EQ(p.w.packed, CanPack(s.w));
-      ASSERT_EQ(p.w.lane_major, p.w.packed && layout == PackLayout::kLanes);
+      ASSERT_EQ(p.w.packed, CanPack(s.w) && LayoutFits(layout, s.w.format));
+      if (p.w.packed) {
+        ASSERT_EQ(p.w.layout, layout);
+      }
       std::vector<float> row(k), prow(k);
       for (int64_t r = 0; r < n; r += 5) {
         DequantizeRow(row.data(), s.w, r);
@@ -210,8 +212,8 @@ TEST_P(MatMulTest, PackedEqualsUnpackedBitwise) {
         std::vector<float> y(m * n), py(m * n);
         MatMul(y.data(), x.data(), s.w, m);
         MatMul(py.data(), x.data(), p.w, m);
-        ASSERT_EQ(y, py) << IsaName(isa) << " " << m << "x" << n << "x" << k
-                         << (p.w.lane_major ? " lane-major" : "");
+        ASSERT_EQ(y, py) << IsaName(isa) << " " << m << "x" << n << "x" << k << " layout "
+                         << static_cast<int>(p.w.layout);
         // A view of whole groups (as MLA takes W_UV) reads the same rows.
         if (p.w.packed && n >= 2 * kPackRows) {
           std::vector<float> v(m * kPackRows);
@@ -227,16 +229,17 @@ TEST_P(MatMulTest, PackedEqualsUnpackedBitwise) {
   SetMatMulIsa(saved);
 }
 
-// Packing is undone exactly (what the CUDA loader uploads), for both layouts and for views.
-TEST(Pack, CopyRowMajorUndoesEitherLayout) {
+// Packing is undone exactly (what the CUDA loader uploads), for every layout and for views.
+TEST(Pack, CopyRowMajorUndoesEveryLayout) {
   for (const WeightFormat f : {WeightFormat::kBF16, WeightFormat::kMxfp4}) {
-    for (const PackLayout layout : {PackLayout::kBlocks, PackLayout::kLanes}) {
+    for (const PackLayout layout : {PackLayout::kBlocks, PackLayout::kLanes, PackLayout::kPairs}) {
+      if (!LayoutFits(layout, f)) continue;
       const Stored s = MakeWeight(f, 3 * kPackRows, 96, 7);
       Stored p = MakeWeight(f, 3 * kPackRows, 96, 7);
       PackInPlace(&p.w, layout);
       ASSERT_TRUE(p.w.packed);
-      const int64_t data_bytes = f == WeightFormat::kBF16 ? s.w.rows * s.w.cols * 2
-                                                          : s.w.rows * s.w.cols / 2;
+      const int64_t data_bytes =
+          f == WeightFormat::kBF16 ? s.w.rows * s.w.cols * 2 : s.w.rows * s.w.cols / 2;
       const int64_t scale_bytes = f == WeightFormat::kMxfp4 ? s.w.rows * s.w.cols / 32 : 0;
       const auto* packed = static_cast<const uint8_t*>(p.w.data);
       const auto* original = static_cast<const uint8_t*>(s.w.data);
@@ -320,8 +323,8 @@ TEST(MatMul, StridedOutputAndInput) {
 
 // Every E2M1 code under every E8M0 scale (NaN at 255, 2^-127 at 0) decodes to the exact product on
 // every kernel path: one x row (the batch-1 stream), a few (dot-product tiles) and many (the
-// panel), unpacked and in both packed layouts. x is the identity, so y[c, r] is weight (r, c) itself; a zero's sign is
-// not compared (an FMA chain from +0 cannot keep it).
+// panel), unpacked and in every packed layout. x is the identity, so y[c, r] is weight (r, c)
+// itself; a zero's sign is not compared (an FMA chain from +0 cannot keep it).
 TEST(MatMul, Mxfp4DecodesEveryCodeAndScaleExactly) {
   constexpr int64_t kRows = 256, kCols = 64;  // row r: scale byte r; 2 blocks of every code pair
   std::vector<uint8_t> codes(kRows * kCols / 2), scales(kRows * kCols / 32);
@@ -339,7 +342,7 @@ TEST(MatMul, Mxfp4DecodesEveryCodeAndScaleExactly) {
     return r >= 253 ? std::nan("") : E2m1(code) * std::ldexp(1.0, static_cast<int>(r) - 127);
   };
   const Isa saved = MatMulIsa();
-  for (int layout = 0; layout < 3; ++layout) {  // not packed, kBlocks, kLanes
+  for (int layout = 0; layout < 4; ++layout) {  // not packed, kBlocks, kLanes, kPairs
     const bool packed = layout > 0;
     std::vector<uint8_t> c = codes, sc = scales;
     Weight w;
@@ -348,7 +351,7 @@ TEST(MatMul, Mxfp4DecodesEveryCodeAndScaleExactly) {
     w.format = WeightFormat::kMxfp4;
     w.rows = kRows;
     w.cols = kCols;
-    if (packed) PackInPlace(&w, layout == 1 ? PackLayout::kBlocks : PackLayout::kLanes);
+    if (packed) PackInPlace(&w, static_cast<PackLayout>(layout - 1));
     ASSERT_EQ(w.packed, packed);
     for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kScalar}) {
       if (!SetMatMulIsa(isa)) continue;
@@ -364,8 +367,8 @@ TEST(MatMul, Mxfp4DecodesEveryCodeAndScaleExactly) {
               ASSERT_TRUE(std::isnan(got)) << IsaName(isa) << " m " << m << " row " << r;
             } else {
               ASSERT_EQ(got, static_cast<float>(want))
-                  << IsaName(isa) << " layout " << layout << " m " << m << " row " << r
-                  << " col " << i;
+                  << IsaName(isa) << " layout " << layout << " m " << m << " row " << r << " col "
+                  << i;
             }
           }
         }
