@@ -2,7 +2,8 @@
 // equal the AVX-512 path bit for bit: the summation order is the canonical one of matmul_impl.h.
 //
 // Three kernels, by the number m of x rows:
-//   m == 1 (decode), packed weights: GroupTile streams whole 8-row packed groups;
+//   m == 1 (decode), packed weights: GroupTile streams whole 8-row packed groups (MXFP4 packed
+//   as kPairs decodes each code once there, both halves at a time: PairSegment);
 //   m < kPanelMinM: dot-product tiles (HalfTile) of up to 4 x rows and 2-4 weight rows;
 //   m >= kPanelMinM: W chunks converted to an fp32 panel, outer-product tiles (PanelTile).
 // The first two use that the 16 canonical lanes are two independent 8-lane halves (lane j < 8

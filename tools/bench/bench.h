@@ -88,5 +88,6 @@ void RunDecode(const Context& ctx, const std::string& preset, const GemmPeaks& p
 void RunAttentionScaling(const Context& ctx);
 void RunState(const Context& ctx);
 void RunSchedulerOverhead(const Context& ctx, const std::string& preset);
+void RunMatvec(const Context& ctx);
 
 }  // namespace kimi::bench

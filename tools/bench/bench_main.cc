@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
       for (int n : {8, 32, 64}) std::printf("decode.b%d.%s.bf16\n", n, m.c_str());
     }
     std::printf("prefill.gemm\nprefill.gemm.bf16\nkda.prefill.per_token_16k_over_1k\nstate.128k.hybrid_over_mla\n"
-                "scheduler.overhead.b64\n");
+                "scheduler.overhead.b64\nmatvec.mxfp4\n");
     return 0;
   }
   ctx.Log(absl::StrCat("threads ", kimi::cpu::ThreadPool::Global().num_threads(), ", isa ",
@@ -81,5 +81,6 @@ int main(int argc, char** argv) {
   RunAttentionScaling(ctx);
   RunState(ctx);
   RunSchedulerOverhead(ctx, absl::GetFlag(FLAGS_scheduler_model));
+  RunMatvec(ctx);
   return 0;
 }
