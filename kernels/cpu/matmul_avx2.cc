@@ -376,42 +376,49 @@ inline void GroupTile(const R& w, const float* xp, float* y, int64_t n, int64_t 
   }
 }
 
-// The same for kPairs MXFP4, whose 32-byte runs hold both halves of two rows: a pass over a
-// segment takes two runs (rows 4q .. 4q + 3) and both halves of their lanes, 8 accumulators, so
-// every code is decoded once.
-KIMI_ALWAYS_INLINE void PairSegment(const Mxfp4PairsRows& w, const float* xp, int64_t b0,
-                                    int64_t b1, int q, float (*lo)[8], float (*hi)[8]) {
-  __m256 acc[4][2];
+// kPairs MXFP4: block b of run `pair` (W rows 2 pair, 2 pair + 1) against MR x rows, both halves
+// of the lanes: acc[i][parity][half] for W row 2 pair + parity. Each code is decoded once for all
+// MR x rows, where HalfTile decodes every half of a row separately.
+template <int MR>
+KIMI_ALWAYS_INLINE void PairBlock(const Mxfp4PairsRows& w, int pair, int64_t b, const float* xp,
+                                  int64_t kp, __m256 (&acc)[MR][2][2]) {
+  const __m256i run = PairRun(w.codes + b * 16 * kPackRows + pair * 32);
+#pragma GCC unroll 2
+  for (int odd = 0; odd < 2; ++odd) {
+    const __m256i codes = PairCodes(run, odd);
+    const uint8_t s = w.scales[b * kPackRows + 2 * pair + odd];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m256 e, o;
+      WordsToF32(PairWords(codes, s, h), e, o);
 #pragma GCC unroll 4
-  for (int r = 0; r < 4; ++r) {
-    acc[r][0] = _mm256_load_ps(lo[4 * q + r]);
-    acc[r][1] = _mm256_load_ps(hi[4 * q + r]);
-  }
-  for (int64_t b = b0; b < b1; ++b) {
-    const float* x = xp + b * 32;  // even lanes 0..15, then odd lanes 0..15
-#pragma GCC unroll 2
-    for (int pp = 0; pp < 2; ++pp) {
-      const int p = 2 * q + pp;
-      const __m256i run = PairRun(w.codes + b * 16 * kPackRows + p * 32);
-#pragma GCC unroll 2
-      for (int odd = 0; odd < 2; ++odd) {
-        const __m256i codes = PairCodes(run, odd);
-        const uint8_t s = w.scales[b * kPackRows + 2 * p + odd];
-        __m256 e, o;
-        __m256(&a)[2] = acc[2 * pp + odd];
-        WordsToF32(PairWords(codes, s, 0), e, o);
-        a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(x), e, a[0]);
-        a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + 16), o, a[0]);
-        WordsToF32(PairWords(codes, s, 1), e, o);
-        a[1] = _mm256_fmadd_ps(_mm256_loadu_ps(x + 8), e, a[1]);
-        a[1] = _mm256_fmadd_ps(_mm256_loadu_ps(x + 24), o, a[1]);
+      for (int i = 0; i < MR; ++i) {
+        const float* x = xp + i * kp + b * 32 + 8 * h;  // even lanes 0..15, then odd lanes 0..15
+        acc[i][odd][h] = _mm256_fmadd_ps(_mm256_loadu_ps(x), e, acc[i][odd][h]);
+        acc[i][odd][h] = _mm256_fmadd_ps(_mm256_loadu_ps(x + 16), o, acc[i][odd][h]);
       }
     }
   }
+}
+
+// GroupTile for kPairs: a pass over a segment takes two runs (rows 4q .. 4q + 3), both halves of
+// their lanes, 8 accumulators.
+KIMI_ALWAYS_INLINE void PairSegment(const Mxfp4PairsRows& w, const float* xp, int64_t b0,
+                                    int64_t b1, int q, float (*lo)[8], float (*hi)[8]) {
+  __m256 acc[2][1][2][2];  // [run][x row][parity][half]
 #pragma GCC unroll 4
   for (int r = 0; r < 4; ++r) {
-    _mm256_store_ps(lo[4 * q + r], acc[r][0]);
-    _mm256_store_ps(hi[4 * q + r], acc[r][1]);
+    acc[r / 2][0][r % 2][0] = _mm256_load_ps(lo[4 * q + r]);
+    acc[r / 2][0][r % 2][1] = _mm256_load_ps(hi[4 * q + r]);
+  }
+  for (int64_t b = b0; b < b1; ++b) {
+    PairBlock<1>(w, 2 * q, b, xp, 0, acc[0]);
+    PairBlock<1>(w, 2 * q + 1, b, xp, 0, acc[1]);
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) {
+    _mm256_store_ps(lo[4 * q + r], acc[r / 2][0][r % 2][0]);
+    _mm256_store_ps(hi[4 * q + r], acc[r / 2][0][r % 2][1]);
   }
 }
 
@@ -429,36 +436,16 @@ inline void GroupTile(const Mxfp4PairsRows& w, const float* xp, float* y, int64_
   }
 }
 
-// MR (1..3) x rows against one kPairs run (W rows n, n + 1, n even), both halves of the lanes in
-// one pass (4 MR accumulators): each code is decoded once per strip, where HalfTile decodes every
-// half of a row separately. Measured on Zen 3 (one thread, 256 x 256 and 4096 x 512): 1.5-2x
-// HalfTile at m = 2 and 3; from 4 rows HalfTile<4, 2>, which shares each decode among 4 x rows, is
-// as fast.
+// MR (1..3) x rows against one kPairs run (W rows n, n + 1, n even), 4 MR accumulators. Measured on
+// Zen 3 (one thread, 256 x 256 and 4096 x 512): 1.5-2x HalfTile at m = 2 and 3; from 4 rows
+// HalfTile<4, 2>, which shares each decode among 4 x rows, is as fast.
 template <int MR>
 inline void PairTile(const Mxfp4PairsRows& w, const float* xp, int64_t kp, float* y, int64_t ldy,
                      int64_t n, int64_t full) {
-  __m256 acc[MR][2][2];  // [x row][W row][half]
+  __m256 acc[MR][2][2];  // [x row][parity][half]
 #pragma GCC unroll 12
   for (int i = 0; i < 4 * MR; ++i) (&acc[0][0][0])[i] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < full; ++b) {
-    const __m256i run = PairRun(w.codes + b * 16 * kPackRows + (w.row / 2) * 32);
-#pragma GCC unroll 2
-    for (int odd = 0; odd < 2; ++odd) {
-      const __m256i codes = PairCodes(run, odd);
-      const uint8_t s = w.scales[b * kPackRows + w.row + odd];
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        __m256 e, o;
-        WordsToF32(PairWords(codes, s, h), e, o);
-#pragma GCC unroll 4
-        for (int i = 0; i < MR; ++i) {
-          const float* x = xp + i * kp + b * 32 + 8 * h;
-          acc[i][odd][h] = _mm256_fmadd_ps(_mm256_loadu_ps(x), e, acc[i][odd][h]);
-          acc[i][odd][h] = _mm256_fmadd_ps(_mm256_loadu_ps(x + 16), o, acc[i][odd][h]);
-        }
-      }
-    }
-  }
+  for (int64_t b = 0; b < full; ++b) PairBlock<MR>(w, w.row / 2, b, xp, kp, acc);
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 2
@@ -724,8 +711,6 @@ void Range(const Problem& p, int64_t n0, int64_t n1) {
 }  // namespace
 
 #pragma GCC pop_options
-
-void PairsRangeAvx2(const Problem& p, int64_t n0, int64_t n1) { Range(p, n0, n1); }
 
 const Kernels* Avx2Kernels() {
   static const Kernels k{"avx2", &Range};

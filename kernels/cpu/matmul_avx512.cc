@@ -289,8 +289,7 @@ void RangeWith(const L& l, const Problem& p, int64_t n0, int64_t n1) {
 void Range(const Problem& p, int64_t n0, int64_t n1) {
   const Weight& w = *p.w;
   // Layouts packed for AVX2 (kernels/cpu/pack.h): the same bits from its kernels.
-  if (w.packed && w.layout == PackLayout::kLanes) return LaneMajorRangeAvx2(p, n0, n1);
-  if (w.packed && w.layout == PackLayout::kPairs) return PairsRangeAvx2(p, n0, n1);
+  if (w.packed && w.layout != PackLayout::kBlocks) return Avx2Kernels()->range(p, n0, n1);
   switch (w.format) {
     case WeightFormat::kBF16:
       if (w.packed) {

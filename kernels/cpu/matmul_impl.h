@@ -47,11 +47,9 @@ const Kernels* Avx2Kernels();
 const Kernels* ScalarKernels();
 
 // The AVX2 kernels for lane-major packed weights (kernels/cpu/pack.h); n0, n1 multiples of
-// kPackRows. Every instruction set's range hands such weights here (the machines that pack them
-// so have AVX2).
+// kPackRows. The AVX2 range hands such weights here; the AVX-512 range hands weights in either
+// AVX2 layout (kLanes, kPairs) to the AVX2 range (the machines that pack them so have AVX2).
 void LaneMajorRangeAvx2(const Problem& p, int64_t n0, int64_t n1);
-// The same for kPairs MXFP4 weights.
-void PairsRangeAvx2(const Problem& p, int64_t n0, int64_t n1);
 
 // xp[kp] = x[k] in the canonical layout.
 void PermuteRow(float* xp, const float* x, int64_t k, int64_t kp);
