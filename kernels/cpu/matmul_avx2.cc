@@ -1,7 +1,8 @@
 // MatMul kernels for AVX2 + FMA + F16C, chosen at run time on machines without AVX-512. Results
 // equal the AVX-512 path bit for bit: the summation order is the canonical one of matmul_impl.h.
 //
-// Three kernels, by the number m of x rows:
+// Weights packed lane-major (kLanes, bf16 on these machines) go to matmul_avx2_lanes.cc at every m.
+// For the other layouts, three kernels, by the number m of x rows:
 //   m == 1 (decode), packed weights: GroupTile streams whole 8-row packed groups (MXFP4 packed
 //   as kPairs decodes each code once there, both halves at a time: PairSegment);
 //   m < kPanelMinM: dot-product tiles (HalfTile) of up to 4 x rows and 2-4 weight rows (kPairs
@@ -536,28 +537,6 @@ void PackPanel(const L& l, int64_t n0, int64_t rows, int64_t full, int rem, floa
   }
 }
 
-// The same panel from a lane-major packed bf16 weight (kernels/cpu/pack.h), whose 32-byte runs
-// already hold one lane of 8 rows: a conversion, no transpose. n0 is a multiple of kPackRows.
-struct Bf16LanesLoader {
-  const uint16_t* base;
-  int64_t k;
-};
-void PackPanel(const Bf16LanesLoader& l, int64_t n0, int64_t rows, int64_t full, int /*rem*/,
-               float* panel) {
-  const int64_t nb = full;  // packed: no partial block
-  for (int64_t r0 = 0; r0 < kPanelRows; r0 += kPackRows) {
-    const uint16_t* group = l.base + (n0 + r0) * l.k;
-    for (int64_t lane = 0; lane < 16; ++lane) {
-      for (int64_t b = 0; b < nb; ++b) {
-        __m256 e = _mm256_setzero_ps(), o = _mm256_setzero_ps();
-        if (r0 < rows) Bf16Split::Apply(group + (lane * nb + b) * 2 * kPackRows, e, o);
-        _mm256_store_ps(panel + ((lane * nb + b) * 2 + 0) * kPanelRows + r0, e);
-        _mm256_store_ps(panel + ((lane * nb + b) * 2 + 1) * kPanelRows + r0, o);
-      }
-    }
-  }
-}
-
 // y[i, n0 + c] for i < MR and c < cols (<= kPanelRows) from the panel.
 template <int MR>
 inline void PanelTile(const float* panel, int64_t nb, const float* xp, int64_t kp, float* y,
@@ -670,13 +649,7 @@ void RangeWith(const L& l, const Problem& p, int64_t n0, int64_t n1) {
 void Range(const Problem& p, int64_t n0, int64_t n1) {
   const Weight& w = *p.w;
   if (w.packed && w.layout == PackLayout::kLanes) {
-    // Many x rows: the fp32 panel, converted once per chunk, beats converting bf16 in every tile.
-    if (w.format == WeightFormat::kBF16 && p.m >= kPanelMinM) {
-      PanelRange(Bf16LanesLoader{static_cast<const uint16_t*>(w.data), w.cols}, p, n0, n1,
-                 w.cols / 32, 0);
-    } else {
-      LaneMajorRangeAvx2(p, n0, n1);
-    }
+    LaneMajorRangeAvx2(p, n0, n1);
     return;
   }
   const int64_t k = w.cols;
