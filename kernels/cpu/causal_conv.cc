@@ -1,6 +1,6 @@
 #include "kernels/cpu/causal_conv.h"
 
-#include <vector>
+#include <cstring>
 
 #include "kernels/cpu/activation.h"
 
@@ -13,21 +13,22 @@ void CausalConv1dSilu(float* y, int64_t ldy, const float* x, int64_t ldx, int64_
   auto row = [&](int64_t r) -> const float* {
     return r < hist ? state + r * C : x + (r - hist) * ldx;
   };
-  std::vector<float> out(C);
-  std::vector<float> new_state(hist * C);
-  for (int64_t r = 0; r < hist; ++r) {  // the last W-1 rows of the window become the new state
-    const float* src = row(T + r);
-    std::copy(src, src + C, new_state.begin() + r * C);
-  }
   for (int64_t t = 0; t < T; ++t) {
+    float* out = y + t * ldy;
     for (int64_t c = 0; c < C; ++c) {
       float acc = 0.0f;
       for (int j = 0; j < W; ++j) acc += weight[c * W + j] * row(t + j)[c];
-      out[c] = acc * Sigmoid(acc);
+      out[c] = acc;
     }
-    std::copy(out.begin(), out.end(), y + t * ldy);
+    MulSigmoid(out, out,
+               C);  // SiLU, vectorised (a scalar expf per channel cost more than the conv)
   }
-  std::copy(new_state.begin(), new_state.end(), state);
+  // The window's last W-1 rows become the state, oldest first. Rows that were already in the state
+  // move towards its start (each source row lies after its destination, so in order is safe).
+  for (int64_t r = 0; r < hist; ++r) {
+    const float* src = row(T + r);
+    if (src != state + r * C) std::memmove(state + r * C, src, C * sizeof(float));
+  }
 }
 
 }  // namespace kimi::cpu

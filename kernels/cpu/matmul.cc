@@ -1,6 +1,7 @@
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
@@ -287,6 +288,8 @@ void MatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_t l
   }
   const int64_t units = first_unit[targets.size()];
   if (units == 0) return;
+  static std::atomic<uint64_t> calls{0};
+  const uint64_t serial = ++calls;
   const int64_t unit_bytes = std::max<int64_t>(1, bytes / units);
   const int64_t unit_flops = 2 * m * k * kRowUnit;
   const int64_t grain = std::max<int64_t>(
@@ -300,7 +303,7 @@ void MatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_t l
       const int64_t lo = std::max(begin, first_unit[j]), hi = std::min(end, first_unit[j + 1]);
       if (lo >= hi) continue;
       const Weight& w = *targets[j].w;
-      const matmul_internal::Problem p{targets[j].y, targets[j].ldy, xp, kp, &w, m, xb};
+      const matmul_internal::Problem p{targets[j].y, targets[j].ldy, xp, kp, &w, m, xb, serial};
       const bool bf16 = Bf16Path(bf16_mode, w);
       (bf16 ? kernels->range_bf16 : kernels->range)(p, (lo - first_unit[j]) * kRowUnit,
                                                     std::min((hi - first_unit[j]) * kRowUnit, w.rows));

@@ -336,9 +336,13 @@ void LaneMajorRangeAvx2(const Problem& p, int64_t n0, int64_t n1) {
   const Weight& w = *p.w;
   const int64_t nb = w.cols / 32;  // packed: cols % 32 == 0, so p.kp == w.cols
   thread_local std::vector<float> xl_buffer, scale_buffer;
-  if (static_cast<int64_t>(xl_buffer.size()) < p.m * p.kp) xl_buffer.resize(p.m * p.kp);
-  float* xl = xl_buffer.data();
-  ToLaneMajor(p, nb, xl);
+  thread_local uint64_t xl_serial = 0;  // the call whose x xl_buffer holds
+  if (p.x_serial == 0 || p.x_serial != xl_serial) {
+    if (static_cast<int64_t>(xl_buffer.size()) < p.m * p.kp) xl_buffer.resize(p.m * p.kp);
+    ToLaneMajor(p, nb, xl_buffer.data());
+    xl_serial = p.x_serial;
+  }
+  const float* xl = xl_buffer.data();
   if (w.format == WeightFormat::kMxfp4 &&
       static_cast<int64_t>(scale_buffer.size()) < kTileGroups * nb * G + 8) {
     scale_buffer.resize(kTileGroups * nb * G + 8);

@@ -27,6 +27,9 @@ struct Problem {
   const Weight* w;
   int64_t m;
   const uint16_t* xb = nullptr;  // [m, kp] bf16 activations in natural order, zero-padded
+  // Distinct for every MatMulMany call (0: unknown), so a kernel may keep a per-thread copy of x
+  // in its own layout across the ranges of one call instead of converting it for each.
+  uint64_t x_serial = 0;
 };
 
 // Computes y[i, n] for all i < m and n in [n0, n1).
