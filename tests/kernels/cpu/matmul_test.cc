@@ -182,13 +182,14 @@ TEST_P(MatMulTest, EveryIsaMatchesDoubleReference) {
 }
 
 // Every packed layout (kernels/cpu/pack.h) holds the same values and gives the same bits, on every
-// instruction set. The shapes reach every tile: 1..13 x rows (the lane-major kernel's strips of 6
-// and each shorter one), 1..17 groups of rows (its tiles of 2..8 groups and each narrower one),
-// one to 32 blocks of columns.
+// instruction set. The shapes reach every tile: 1..13 x rows (every strip, every count of row
+// pairs and an odd last row), 37 and 70 rows (several 16-row calls of the lane-major TwoRowTile;
+// at K = 1024, two blocks of x rows), 1..17 groups of rows (tiles of 2..8 groups and each narrower
+// one), one to 32 blocks of columns.
 TEST_P(MatMulTest, PackedEqualsUnpackedBitwise) {
   const Isa saved = MatMulIsa();
   std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {
-      {1, 64, 256}, {3, 24, 1024}, {37, 40, 96}, {70, 16, 64}};
+      {1, 64, 256}, {3, 24, 1024}, {37, 40, 96}, {70, 16, 64}, {70, 48, 1024}};
   for (int64_t m = 1; m <= 13; ++m) shapes.push_back({m, 136, 64});
   for (int64_t groups = 1; groups <= 9; ++groups) shapes.push_back({2, groups * kPackRows, 32});
   for (const PackLayout layout : {PackLayout::kBlocks, PackLayout::kLanes, PackLayout::kPairs}) {
