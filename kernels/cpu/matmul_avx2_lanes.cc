@@ -37,7 +37,7 @@ using avx2::Bf16Split;
 using avx2::WithRemainder;
 
 constexpr int64_t G = kPackRows;  // rows per group: one vector of outputs
-constexpr int kTileGroups = 24;   // groups whose weights stay in L2 while every x strip passes
+constexpr int kTileGroups = 24;  // MXFP4: groups whose weights and scales stay in L2 for all strips
 
 // --- Cursors: groups [g0, g0 + NG) of a weight ------------------------------------------------
 // Run(g, lane) is lane J of group g over all blocks; Load(run, b, e, o) its block b as even / odd
@@ -356,26 +356,26 @@ void LaneMajorRangeAvx2(const Problem& p, int64_t n0, int64_t n1) {
   mb = mb < kMaxStripRows ? kMaxStripRows : mb / kMaxStripRows * kMaxStripRows;
   for (int64_t i0 = 0; i0 < p.m; i0 += mb) {
     const int64_t rows = std::min(mb, p.m - i0);
-    if (w.format == WeightFormat::kBF16 && rows >= 2) {
+    if (w.format == WeightFormat::kBF16) {
+      // The whole range at once: TwoRowStrips reuses each tile's weights across its rows, and one
+      // row (batch 1) reads every weight once whatever the blocking.
       const Bf16Cursor cur{static_cast<const uint16_t*>(w.data) + n0 * w.cols, G * w.cols, nb};
-      TwoRowStrips(cur, (n1 - n0) / G, nb, xl + i0 * p.kp, p.kp, rows, p.y + i0 * p.ldy + n0,
-                   p.ldy);
+      float* y = p.y + i0 * p.ldy + n0;
+      if (rows >= 2) {
+        TwoRowStrips(cur, (n1 - n0) / G, nb, xl + i0 * p.kp, p.kp, rows, y, p.ldy);
+      } else {
+        TileRows(cur, (n1 - n0) / G, nb, xl + i0 * p.kp, p.kp, rows, y, p.ldy);
+      }
       continue;
     }
+    // MXFP4: tiles of kTileGroups groups, their scales converted once for all the rows.
     for (int64_t g0 = n0 / G; g0 < n1 / G; g0 += kTileGroups) {
       const int64_t groups = n1 / G - g0 < kTileGroups ? n1 / G - g0 : kTileGroups;
-      float* y = p.y + i0 * p.ldy + g0 * G;
-      if (w.format == WeightFormat::kBF16) {
-        const Bf16Cursor cur{static_cast<const uint16_t*>(w.data) + g0 * G * w.cols, G * w.cols,
-                             nb};
-        TileRows(cur, groups, nb, xl + i0 * p.kp, p.kp, rows, y, p.ldy);
-      } else {
-        const uint8_t* s = w.scales + g0 * nb * G;
-        for (int64_t t = 0; t < groups * nb * G; ++t) scales[t] = kE8m0[s[t]];
-        const Mxfp4Cursor cur{static_cast<const uint8_t*>(w.data) + g0 * G * (w.cols / 2),
-                              G * (w.cols / 2), nb, scales};
-        TileRows(cur, groups, nb, xl + i0 * p.kp, p.kp, rows, y, p.ldy);
-      }
+      const uint8_t* s = w.scales + g0 * nb * G;
+      for (int64_t t = 0; t < groups * nb * G; ++t) scales[t] = kE8m0[s[t]];
+      const Mxfp4Cursor cur{static_cast<const uint8_t*>(w.data) + g0 * G * (w.cols / 2),
+                            G * (w.cols / 2), nb, scales};
+      TileRows(cur, groups, nb, xl + i0 * p.kp, p.kp, rows, p.y + i0 * p.ldy + g0 * G, p.ldy);
     }
   }
 }
