@@ -30,8 +30,8 @@ ABSL_FLAG(std::string, weight_memory, "",
 ABSL_FLAG(double, idle_wait, 20.0, "seconds to wait for an idle machine before each round");
 ABSL_FLAG(bool, list, false, "list the figure names and exit");
 ABSL_FLAG(int, profile_steps, 0,
-          "run only this many steps of each selected batched decode figure and print their median "
-          "time, without baselines (for a profiler)");
+          "run only this many steps (tokens, at batch 1) of each selected decode figure and print "
+          "their median time, without baselines (for a profiler)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(

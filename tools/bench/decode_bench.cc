@@ -135,7 +135,7 @@ void DecodeB1(const Context& ctx, const std::string& preset, const Model& m) {
   const bool want2 = ctx.Wants(name2), want1 = ctx.Wants(name1);
   if (!want2 && !want1) return;
   constexpr int kTokens = 12;
-  DecodeBatch batch(m, 1, 16 + 2 * (ctx.repeats + 1) * kTokens);
+  DecodeBatch batch(m, 1, 16 + 2 * (ctx.repeats + 1) * kTokens + ctx.profile_steps);
   batch.Prefill(8);
   const auto regions = m.WeightRegions();
   const double bytes = static_cast<double>(m.ActiveWeightBytes());
@@ -143,6 +143,13 @@ void DecodeB1(const Context& ctx, const std::string& preset, const Model& m) {
   const int all = pool.num_threads();
   std::vector<double> bw[2], tok[2], other;
   batch.Step();  // warm-up: first touch of every active weight
+  if (ctx.profile_steps > 0) {  // tokens alone on all threads, for perf
+    std::vector<double> t;
+    for (int i = 0; i < ctx.profile_steps; ++i) t.push_back(batch.Step());
+    ctx.Log(absl::StrFormat("%s: median token %.3f ms over %d tokens (profile run)", name2,
+                            1e3 * Median(t), ctx.profile_steps));
+    return;
+  }
   for (int r = 0; r < ctx.repeats; ++r) {
     WaitForIdle(ctx.idle_wait_s);
     CpuMeter meter;
