@@ -5,6 +5,7 @@
 //   out  = o_proj( o * sigmoid(g_proj(x)) )                  (gate only in K3)
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "engine/layers.h"
@@ -44,13 +45,27 @@ absl::Status Mla(const ModelConfig& c, const MlaWeights& w, int64_t mla_index, c
     RmsNorm(&latent[t * width], &latent[t * width], w.kv_a_norm, 1, R, m.norm_eps);
   }
 
+  // The per-head products below are small (R x R weights): with few tokens each one is a single
+  // thread's work, so the heads run side by side instead of one after another. With many tokens
+  // every product is split over the threads itself. Results are the same either way.
+  const bool by_head = 2 * T * m.qk_nope_head_dim * R < (int64_t{8} << 20);
+  const auto per_head = [&](const std::function<void(int64_t)>& fn) {
+    if (!by_head) {
+      for (int64_t h = 0; h < H; ++h) fn(h);
+      return;
+    }
+    ParallelFor(H, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t h = begin; h < end; ++h) fn(h);
+    });
+  };
+
   // Absorbed queries qa [T, H, R + rope] = (W_UK_h^T q_nope | q_pe), one MatMul per head over
   // every token of the step.
   const int64_t wa = R + m.qk_rope_head_dim;
   std::vector<float> qa(T * H * wa);
-  for (int64_t h = 0; h < H; ++h) {
+  per_head([&](int64_t h) {
     MatMul(qa.data() + h * wa, H * wa, q.data() + h * qk, H * qk, w.uk_t.Rows(h * R, R), T);
-  }
+  });
   for (int64_t i = 0; i < T * H; ++i) {
     std::copy_n(&q[i * qk + m.qk_nope_head_dim], m.qk_rope_head_dim, &qa[i * wa + R]);
   }
@@ -77,11 +92,11 @@ absl::Status Mla(const ModelConfig& c, const MlaWeights& w, int64_t mla_index, c
   }
   // o_h = W_UV_h o_lat, one MatMul per head over every token.
   std::vector<float> o(T * H * m.v_head_dim);
-  for (int64_t h = 0; h < H; ++h) {
+  per_head([&](int64_t h) {
     const int64_t row0 = h * (m.qk_nope_head_dim + m.v_head_dim) + m.qk_nope_head_dim;
     MatMul(o.data() + h * m.v_head_dim, H * m.v_head_dim, o_lat.data() + h * R, H * R,
            w.kv_b_proj.Rows(row0, m.v_head_dim), T);
-  }
+  });
   if (m.output_gate) MulSigmoid(o.data(), gate.data(), static_cast<int64_t>(o.size()));
   MatMul(out, o.data(), w.o_proj, T);
   return split.heads ? split.Reduce(out, T * c.hidden) : absl::OkStatus();

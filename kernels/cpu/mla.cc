@@ -121,14 +121,13 @@ void MlaLatentAttention(float* out_lat, const float* qa, int64_t T, int64_t firs
                         float scale) {
   const int64_t rows = T * heads;
   std::vector<float> row_max(rows), row_sum(rows);
-  // Rows in tiles of kRows; a part gets at least 4 tiles (or everything, for one decode token).
-  const int64_t tiles = (rows + kRows - 1) / kRows;
-  ParallelFor(tiles, std::max<int64_t>(1, std::min<int64_t>(4, tiles / 2)),
+  // A part gets at least 4 tiles of kRows rows, or half the rows when there are fewer: one
+  // decode token's rows (one per head) are split too, though each part transposes the keys itself.
+  ParallelFor(rows, std::max<int64_t>(1, std::min<int64_t>(4 * kRows, rows / 2)),
               [&](int64_t begin, int64_t end) {
                 Scratch s(rank + rope);
-                AttendRows(out_lat, row_max.data(), row_sum.data(), qa, begin * kRows,
-                           std::min(end * kRows, rows), heads, first_pos, cache, rank, rope,
-                           scale, s);
+                AttendRows(out_lat, row_max.data(), row_sum.data(), qa, begin, end, heads,
+                           first_pos, cache, rank, rope, scale, s);
               });
 }
 
