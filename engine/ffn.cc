@@ -9,18 +9,30 @@
 
 namespace kimi::layers {
 
+namespace {
+
+// The second half of a gated MLP: out = down(act(gate) * up); `gate` is overwritten.
+void GatedMlpDown(const ModelConfig& c, const MlpWeights& w, float* gate, const float* up,
+                  float* out, int64_t rows) {
+  using namespace kimi::cpu;
+  const int64_t I = w.gate.rows;
+  if (c.activation == Activation::kSituGlu) {
+    SituGlu(gate, gate, up, rows * I, c.situ_beta, c.situ_linear_beta);
+  } else {
+    SiluGlu(gate, gate, up, rows * I);
+  }
+  MatMul(out, gate, w.down, rows);
+}
+
+}  // namespace
+
 void GatedMlp(const ModelConfig& c, const MlpWeights& w, const float* x, float* out, int64_t rows) {
   using namespace kimi::cpu;
   const int64_t I = w.gate.rows;
   std::vector<float> gate(rows * I), up(rows * I);
   const MatMulTarget targets[] = {{gate.data(), I, &w.gate}, {up.data(), I, &w.up}};
   MatMulMany(targets, x, w.gate.cols, rows);
-  if (c.activation == Activation::kSituGlu) {
-    SituGlu(gate.data(), gate.data(), up.data(), rows * I, c.situ_beta, c.situ_linear_beta);
-  } else {
-    SiluGlu(gate.data(), gate.data(), up.data(), rows * I);
-  }
-  MatMul(out, gate.data(), w.down, rows);
+  GatedMlpDown(c, w, gate.data(), up.data(), out, rows);
 }
 
 namespace {
@@ -28,10 +40,19 @@ namespace {
 // One unit of MoE work: an expert (or the shared experts) over its tokens.
 struct ExpertJob {
   const MlpWeights* w;
-  const float* in;  // [n, width] gathered rows (or x itself)
+  const float* in;  // [n, width] gathered rows; null when gate / up below are already computed
   float* out;       // [n, out width]
   int64_t n;
   double cost;
+  float* gate = nullptr;  // [n, w->gate.rows] each, with in == nullptr
+  const float* up = nullptr;
+  void Run(const ModelConfig& c) const {
+    if (in) {
+      GatedMlp(c, *w, in, out, n);
+    } else {
+      GatedMlpDown(c, *w, gate, up, out, n);
+    }
+  }
 };
 
 // Runs the jobs: those larger than a thread's fair share (a shared expert beside decode-sized
@@ -48,7 +69,7 @@ void RunExpertJobs(const ModelConfig& c, std::vector<ExpertJob>& jobs) {
     if (threads > 1 && jobs[i].cost <= total / threads) {
       small.push_back(static_cast<int>(i));
     } else {
-      GatedMlp(c, *jobs[i].w, jobs[i].in, jobs[i].out, jobs[i].n);
+      jobs[i].Run(c);
     }
   }
   std::vector<double> load(threads, 0.0);
@@ -67,18 +88,18 @@ void RunExpertJobs(const ModelConfig& c, std::vector<ExpertJob>& jobs) {
     cpu::ThreadPool::Global().ParallelForChunks(static_cast<int64_t>(small.size()), 1,
                                                 [&](int64_t begin, int64_t end) {
                                                   for (int64_t s = begin; s < end; ++s) {
-                                                    const ExpertJob& j = jobs[small[s]];
-                                                    GatedMlp(c, *j.w, j.in, j.out, j.n);
+                                                    jobs[small[s]].Run(c);
                                                   }
                                                 });
     return;
   }
-  for (int i : small) GatedMlp(c, *jobs[i].w, jobs[i].in, jobs[i].out, jobs[i].n);
+  for (int i : small) jobs[i].Run(c);
 }
 
-double JobCost(const MlpWeights& w, int64_t n) {
+double JobCost(const MlpWeights& w, int64_t n, bool down_only = false) {
   // Weight bytes, scaled up once the tokens make the expert compute-bound (~16 per weight pass).
-  const double bytes = static_cast<double>(w.gate.Bytes() + w.up.Bytes() + w.down.Bytes());
+  const double bytes =
+      static_cast<double>((down_only ? 0 : w.gate.Bytes() + w.up.Bytes()) + w.down.Bytes());
   return bytes * (1.0 + static_cast<double>(n) / 16.0);
 }
 
@@ -101,20 +122,31 @@ absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, floa
   const MoeConfig& m = c.moe;
   const int64_t T = rows, E = m.num_experts, k = m.top_k, D = c.ExpertDim(), d = c.hidden;
 
-  std::vector<float> logits(T * E);
-  MatMul(logits.data(), x, w.router, T);
+  // Every product of x in one pass (fewer, larger parallel sections; at batch 1 each of these
+  // is a few microseconds of work): the router, the latent down projection, and the shared
+  // experts' gate and up.
+  std::vector<float> logits(T * E), latent, shared_gate, shared_up;
+  {
+    std::vector<MatMulTarget> targets = {{logits.data(), E, &w.router}};
+    if (m.latent_dim > 0) {
+      latent.resize(T * D);
+      targets.push_back({latent.data(), D, &w.latent_down});
+    }
+    if (w.shared.gate.data) {
+      const int64_t I = w.shared.gate.rows;
+      shared_gate.resize(T * I);
+      shared_up.resize(T * I);
+      targets.push_back({shared_gate.data(), I, &w.shared.gate});
+      targets.push_back({shared_up.data(), I, &w.shared.up});
+    }
+    MatMulMany(targets, x, d, T);
+  }
   std::vector<int32_t> ids(T * k);
   std::vector<float> weights(T * k);
   const MoeRouteParams route{E, k, m.num_groups, m.topk_groups, m.renormalize, m.routed_scaling};
   MoeRoute(ids.data(), weights.data(), logits.data(), w.bias, T, route);
 
-  std::vector<float> latent;
-  const float* z = x;
-  if (m.latent_dim > 0) {
-    latent.resize(T * D);
-    MatMul(latent.data(), x, w.latent_down, T);
-    z = latent.data();
-  }
+  const float* z = m.latent_dim > 0 ? latent.data() : x;
   // Which rank computes each routed pair (all here unless experts are parallel).
   const bool ep = split.expert_ranks > 1;
   const ExpertPlacement place = PlaceExperts(ids, E, ep ? split.expert_ranks : 1,
@@ -148,7 +180,8 @@ absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, floa
   std::vector<float> shared;
   if (w.shared.gate.data) {
     shared.resize(T * d);
-    jobs.push_back({&w.shared, x, shared.data(), T, JobCost(w.shared, T)});
+    jobs.push_back({&w.shared, nullptr, shared.data(), T, JobCost(w.shared, T, /*down_only=*/true),
+                    shared_gate.data(), shared_up.data()});
   }
   RunExpertJobs(c, jobs);
 
