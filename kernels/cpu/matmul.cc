@@ -295,18 +295,20 @@ void MatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_t l
   const int64_t grain = std::max<int64_t>(
       1, std::min(65536 / unit_bytes, (int64_t{4} << 20) / std::max<int64_t>(1, unit_flops)));
   // Ranges of decreasing length, handed out as threads become free: each takes 1/(2 threads) of
-  // the units left, at least the grain. With four equal ranges per thread the caller waited about
-  // half a range at the end of every call (ThreadPool::Run was 8% of its time in a batch-1
-  // k3-mini token); short last ranges let the threads finish close together. On a shared host a
-  // descheduled thread's ranges are picked up by the others.
+  // the units left, at least the grain, in whole tiles of the kernel. With four equal ranges per
+  // thread the caller waited about half a range at the end of every call (ThreadPool::Run was 8%
+  // of its time in a batch-1 k3-mini token); short last ranges let the threads finish close
+  // together. On a shared host a descheduled thread's ranges are picked up by the others.
   const int64_t threads = ThreadPool::Global().num_threads();
+  const int64_t tile = m == 1 ? kernels->tile_units_one : kernels->tile_units_many;
   constexpr int kMaxRanges = 64;
   int64_t bound[kMaxRanges + 1] = {0};
   int64_t ranges = 0;
   while (bound[ranges] < units) {
     const int64_t left = units - bound[ranges];
+    const int64_t want = std::max(grain, left / (2 * threads));
     const int64_t take =
-        ranges + 1 == kMaxRanges ? left : std::min(left, std::max(grain, left / (2 * threads)));
+        ranges + 1 == kMaxRanges ? left : std::min(left, (want + tile - 1) / tile * tile);
     bound[ranges + 1] = bound[ranges] + take;
     ++ranges;
   }

@@ -686,7 +686,8 @@ void Range(const Problem& p, int64_t n0, int64_t n1) {
 #pragma GCC pop_options
 
 const Kernels* Avx2Kernels() {
-  static const Kernels k{"avx2", &Range};
+  // LaneTile<1, 8> and TwoRowTile<5> (matmul_avx2_lanes.cc), in groups of 8 rows.
+  static const Kernels k{"avx2", &Range, nullptr, 8, 5};
   static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                          __builtin_cpu_supports("f16c");
   return ok ? &k : nullptr;

@@ -42,6 +42,10 @@ struct Kernels {
   // order: block after block, lane j takes the bf16 pair (2j, 2j + 1) with one vdpbf16ps; then
   // the same pairwise lane sum. Also a function of K alone.
   RangeFn range_bf16 = nullptr;
+  // Units of 8 rows (kRowUnit) in the range kernel's widest tile, for one x row and for more:
+  // ranges made of whole tiles need no narrower remainder tiles.
+  int64_t tile_units_one = 1;
+  int64_t tile_units_many = 1;
 };
 
 // nullptr when the instruction set is missing (build or machine).
