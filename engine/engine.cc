@@ -104,7 +104,9 @@ absl::Status Engine::Step(std::span<const SequenceStep> batch, EngineState& stat
   const size_t parts = sh.layout.pp > 1 ? std::min<size_t>(sh.layout.pp, batch.size()) : 1;
   int64_t total_tokens = 0;
   for (const SequenceStep& s : batch) total_tokens += static_cast<int64_t>(s.tokens.size());
-  out->logits.clear();
+  // One part sizes the logits itself and overwrites every element (no zero fill of batch x
+  // vocab floats per step); micro-batches append theirs.
+  if (parts > 1) out->logits.clear();
   out->moe.clear();
   size_t begin = 0;
   int64_t tokens_done = 0;
@@ -124,7 +126,10 @@ absl::Status Engine::Step(std::span<const SequenceStep> batch, EngineState& stat
     // One part (no pipeline) writes the caller's buffer directly: a caller that keeps its
     // StepOutput between steps reuses the memory of up to batch x vocab floats.
     if (parts == 1) {
-      if (absl::Status s = RunStage(batch, state, &out->logits, &out->moe); !s.ok()) return s;
+      if (absl::Status s = RunStage(batch, state, &out->logits, &out->moe); !s.ok()) {
+        out->logits.clear();  // no stale rows from the previous step
+        return s;
+      }
       begin = end;
       continue;
     }
@@ -247,8 +252,8 @@ absl::Status Engine::RunStage(std::span<const SequenceStep> batch, EngineState& 
   std::vector<int64_t> first_row;
   const std::vector<int64_t> rows = LogitRows(batch, layout, &first_row);
   const int64_t n = static_cast<int64_t>(rows.size());
-  logits_out->clear();
   if (!sh.last_stage()) {
+    logits_out->clear();
     const int next = sh.RankOf(sh.stage + 1, sh.local);
     if (absl::Status s = comms_.world->Send(r.hidden.data(), T * d * 4, next, kTagActivations);
         !s.ok()) {

@@ -108,8 +108,18 @@ const float* const kE8m0 = kE8m0Table.v;
 const float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                          -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
-void PermuteRow(float* xp, const float* x, int64_t k, int64_t kp) {
-  for (int64_t b = 0; b < kp; b += 32) {
+void PermuteRow(float* __restrict xp, const float* __restrict x, int64_t k, int64_t kp) {
+  int64_t b = 0;
+  // Whole blocks first: without the bounds tests the compiler vectorises the de-interleave (the
+  // scalar loop was 2% of the calling thread's time in a batch-8 step on k3-mini, where it runs
+  // while the other threads wait).
+  for (; b + 32 <= k; b += 32) {
+    for (int j = 0; j < 16; ++j) {
+      xp[b + j] = x[b + 2 * j];
+      xp[b + 16 + j] = x[b + 2 * j + 1];
+    }
+  }
+  for (; b < kp; b += 32) {
     for (int j = 0; j < 16; ++j) {
       const int64_t e = b + 2 * j, o = e + 1;
       xp[b + j] = e < k ? x[e] : 0.0f;
