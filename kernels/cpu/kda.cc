@@ -322,21 +322,24 @@ void KdaChunk(float* o, const float* q, const float* k, const float* v, const fl
 
 void KdaGate(float* g, const float* g_raw, int64_t T, int64_t H, int64_t K, const float* a_log,
              const float* dt_bias, std::optional<float> lower_bound) {
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t h = 0; h < H; ++h) {
-      const float a = std::exp(a_log[h]);
-      for (int64_t x = 0; x < K; ++x) {
-        const int64_t i = (t * H + h) * K + x;
-        const float z = g_raw[i] + dt_bias[h * K + x];
-        if (lower_bound) {
-          g[i] = *lower_bound * Sigmoid(a * z);
-        } else {
-          const float softplus = z > 20.0f ? z : std::log1p(std::exp(z));
-          g[i] = -a * softplus;
-        }
-      }
-    }
-  }
+  // Over the threads by (token, head): an exp per element, about 2% of a batch-64 step serially.
+  ParallelFor(T * H, std::max<int64_t>(1, 1024 / std::max<int64_t>(K, 1)),
+              [&](int64_t begin, int64_t end) {
+                for (int64_t th = begin; th < end; ++th) {
+                  const int64_t h = th % H;
+                  const float a = std::exp(a_log[h]);
+                  for (int64_t x = 0; x < K; ++x) {
+                    const int64_t i = th * K + x;
+                    const float z = g_raw[i] + dt_bias[h * K + x];
+                    if (lower_bound) {
+                      g[i] = *lower_bound * Sigmoid(a * z);
+                    } else {
+                      const float softplus = z > 20.0f ? z : std::log1p(std::exp(z));
+                      g[i] = -a * softplus;
+                    }
+                  }
+                }
+              });
 }
 
 }  // namespace kimi::cpu

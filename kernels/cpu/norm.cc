@@ -1,5 +1,6 @@
 #include "kernels/cpu/norm.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/thread_pool.h"
@@ -32,11 +33,14 @@ void RmsNorm(float* out, const float* x, const float* weight, int64_t rows, int6
 }
 
 void L2Norm(float* x, int64_t rows, int64_t dim, float eps) {
-  for (int64_t i = 0; i < rows; ++i) {
-    float* xi = x + i * dim;
-    const float inv = static_cast<float>(1.0 / std::sqrt(SumSquares(xi, dim) + eps));
-    for (int64_t j = 0; j < dim; ++j) xi[j] *= inv;
-  }
+  ParallelFor(rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(dim, 1)),
+              [&](int64_t begin, int64_t end) {
+                for (int64_t i = begin; i < end; ++i) {
+                  float* xi = x + i * dim;
+                  const float inv = static_cast<float>(1.0 / std::sqrt(SumSquares(xi, dim) + eps));
+                  for (int64_t j = 0; j < dim; ++j) xi[j] *= inv;
+                }
+              });
 }
 
 }  // namespace kimi::cpu
