@@ -221,55 +221,74 @@ inline void Tile(const L& l, const float* xp, int64_t kp, float* y, int64_t ldy,
   }
 }
 
-// One x row against packed bf16 (kBlocks) groups [n0, n1) / kPackRows: block b of a group's
-// rows is 512 contiguous bytes, read through one pointer at constant offsets, with a software
-// prefetch kOneRowAhead bytes ahead. Tile<1, 8> computes the same sums, but addresses each row
-// through the loader: on Zen 5 GCC kept the row offsets and a spilled weight vector on the stack,
-// and the loop read 0.5-0.65 of one thread's streaming-read bandwidth where this one reads
+// MR = 1 or 2 x rows against packed bf16 (kBlocks) groups [n0, n1) / kPackRows: block b of a
+// group's rows is 512 contiguous bytes, read through one pointer at constant offsets, with a
+// software prefetch kOneRowAhead bytes ahead. Tile<MR, 8> computes the same sums, but addresses
+// each row through the loader: on Zen 5 GCC kept the row offsets and a spilled weight vector on the
+// stack, and the loop read 0.5-0.65 of one thread's streaming-read bandwidth where this one reads
 // 0.85-0.95. The prefetch matters for the short ranges of a decode step (a 512-wide matrix is a few
 // hundred KiB): without it a batch-1 step on kimi-linear-small took 12.3-13.0 ms, with 2-8 KiB
-// ahead 10.4-11.7 ms, with 16 KiB 10.7-11.5 ms.
+// ahead 10.4-11.7 ms, with 16 KiB 10.7-11.5 ms. At two rows (MoE experts hit by two tokens) a
+// batch-8 step on k3-mini took 18.1-18.3 ms against 18.6-18.9 with Tile<2, 8>.
 constexpr int64_t kOneRowAhead = 8192;
-inline void Bf16GroupsOneRow(const uint16_t* w, const float* xp, int64_t nb, float* y, int64_t n0,
-                             int64_t n1) {
+template <int MR>
+inline void Bf16Groups(const uint16_t* w, const float* xp, int64_t kp, int64_t nb, float* y,
+                       int64_t ldy, int64_t n0, int64_t n1) {
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   for (int64_t n = n0; n < n1; n += kPackRows) {
     const uint16_t* g = w + n * nb * 32;
-    __m512 acc[kPackRows];
-#pragma GCC unroll 8
-    for (int j = 0; j < kPackRows; ++j) acc[j] = _mm512_setzero_ps();
+    __m512 acc[MR][kPackRows];
+#pragma GCC unroll 16
+    for (int t = 0; t < MR * kPackRows; ++t) (&acc[0][0])[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      const __m512 xe = _mm512_loadu_ps(xp + b * 32);
-      const __m512 xo = _mm512_loadu_ps(xp + b * 32 + 16);
+      __m512 xe[MR], xo[MR];
+#pragma GCC unroll 2
+      for (int i = 0; i < MR; ++i) {
+        xe[i] = _mm512_loadu_ps(xp + i * kp + b * 32);
+        xo[i] = _mm512_loadu_ps(xp + i * kp + b * 32 + 16);
+      }
       const uint16_t* p = g + b * 32 * kPackRows;
 #pragma GCC unroll 8
       for (int j = 0; j < kPackRows; ++j) {
         _mm_prefetch(reinterpret_cast<const char*>(p + 32 * j) + kOneRowAhead, _MM_HINT_T0);
         const __m512i v = _mm512_loadu_si512(p + 32 * j);
-        acc[j] = _mm512_fmadd_ps(xe, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), acc[j]);
-        acc[j] = _mm512_fmadd_ps(xo, _mm512_castsi512_ps(_mm512_and_si512(v, high)), acc[j]);
+        const __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+        const __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(v, high));
+#pragma GCC unroll 2
+        for (int i = 0; i < MR; ++i) {
+          acc[i][j] = _mm512_fmadd_ps(xe[i], we, acc[i][j]);
+          acc[i][j] = _mm512_fmadd_ps(xo[i], wo, acc[i][j]);
+        }
       }
     }
+#pragma GCC unroll 2
+    for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 8
-    for (int j = 0; j < kPackRows; ++j) y[n + j] = Reduce(acc[j]);
+      for (int j = 0; j < kPackRows; ++j) y[i * ldy + n + j] = Reduce(acc[i][j]);
+    }
   }
 }
 
 // The same for packed MXFP4 (kBlocks): block b of a group is 128 contiguous code bytes and 8
 // scale bytes. Decoded as Mxfp4PackedLoader does, so the sums are the same bits.
-inline void Mxfp4GroupsOneRow(const uint8_t* codes, const uint8_t* scales, const float* xp,
-                              int64_t nb, float* y, int64_t n0, int64_t n1) {
+template <int MR>
+inline void Mxfp4Groups(const uint8_t* codes, const uint8_t* scales, const float* xp, int64_t kp,
+                        int64_t nb, float* y, int64_t ldy, int64_t n0, int64_t n1) {
   const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f,
                                       -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
   for (int64_t n = n0; n < n1; n += kPackRows) {
     const uint8_t* gc = codes + n * nb * 16;
     const uint8_t* gs = scales + n * nb;
-    __m512 acc[kPackRows];
-#pragma GCC unroll 8
-    for (int j = 0; j < kPackRows; ++j) acc[j] = _mm512_setzero_ps();
+    __m512 acc[MR][kPackRows];
+#pragma GCC unroll 16
+    for (int t = 0; t < MR * kPackRows; ++t) (&acc[0][0])[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      const __m512 xe = _mm512_loadu_ps(xp + b * 32);
-      const __m512 xo = _mm512_loadu_ps(xp + b * 32 + 16);
+      __m512 xe[MR], xo[MR];
+#pragma GCC unroll 2
+      for (int i = 0; i < MR; ++i) {
+        xe[i] = _mm512_loadu_ps(xp + i * kp + b * 32);
+        xo[i] = _mm512_loadu_ps(xp + i * kp + b * 32 + 16);
+      }
       const uint8_t* c = gc + b * 16 * kPackRows;
       const uint8_t* sb = gs + b * kPackRows;
       _mm_prefetch(reinterpret_cast<const char*>(c) + kOneRowAhead / 2, _MM_HINT_T0);
@@ -279,13 +298,20 @@ inline void Mxfp4GroupsOneRow(const uint8_t* codes, const uint8_t* scales, const
         const __m512 scaled = _mm512_mul_ps(table, _mm512_set1_ps(kE8m0[sb[j]]));
         const __m512i code =
             _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + 16 * j)));
-        acc[j] = _mm512_fmadd_ps(xe, _mm512_permutexvar_ps(code, scaled), acc[j]);
-        acc[j] =
-            _mm512_fmadd_ps(xo, _mm512_permutexvar_ps(_mm512_srli_epi32(code, 4), scaled), acc[j]);
+        const __m512 we = _mm512_permutexvar_ps(code, scaled);
+        const __m512 wo = _mm512_permutexvar_ps(_mm512_srli_epi32(code, 4), scaled);
+#pragma GCC unroll 2
+        for (int i = 0; i < MR; ++i) {
+          acc[i][j] = _mm512_fmadd_ps(xe[i], we, acc[i][j]);
+          acc[i][j] = _mm512_fmadd_ps(xo[i], wo, acc[i][j]);
+        }
       }
     }
+#pragma GCC unroll 2
+    for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 8
-    for (int j = 0; j < kPackRows; ++j) y[n + j] = Reduce(acc[j]);
+      for (int j = 0; j < kPackRows; ++j) y[i * ldy + n + j] = Reduce(acc[i][j]);
+    }
   }
 }
 
@@ -360,8 +386,10 @@ void Range(const Problem& p, int64_t n0, int64_t n1) {
   if (w.packed && w.layout != PackLayout::kBlocks) return Avx2Kernels()->range(p, n0, n1);
   switch (w.format) {
     case WeightFormat::kBF16:
-      if (w.packed && p.m == 1) {
-        Bf16GroupsOneRow(static_cast<const uint16_t*>(w.data), p.xp, w.cols / 32, p.y, n0, n1);
+      if (w.packed && p.m <= 2) {
+        const auto* d = static_cast<const uint16_t*>(w.data);
+        if (p.m == 1) Bf16Groups<1>(d, p.xp, p.kp, w.cols / 32, p.y, p.ldy, n0, n1);
+        if (p.m == 2) Bf16Groups<2>(d, p.xp, p.kp, w.cols / 32, p.y, p.ldy, n0, n1);
       } else if (w.packed) {
         RangeWith(Bf16PackedLoader{static_cast<const uint16_t*>(w.data), w.cols}, p, n0, n1);
       } else {
@@ -375,9 +403,10 @@ void Range(const Problem& p, int64_t n0, int64_t n1) {
       RangeWith(F32Loader{static_cast<const float*>(w.data), w.cols}, p, n0, n1);
       return;
     case WeightFormat::kMxfp4:
-      if (w.packed && p.m == 1) {
-        Mxfp4GroupsOneRow(static_cast<const uint8_t*>(w.data), w.scales, p.xp, w.cols / 32, p.y, n0,
-                          n1);
+      if (w.packed && p.m <= 2) {
+        const auto* d = static_cast<const uint8_t*>(w.data);
+        if (p.m == 1) Mxfp4Groups<1>(d, w.scales, p.xp, p.kp, w.cols / 32, p.y, p.ldy, n0, n1);
+        if (p.m == 2) Mxfp4Groups<2>(d, w.scales, p.xp, p.kp, w.cols / 32, p.y, p.ldy, n0, n1);
       } else if (w.packed) {
         RangeWith(Mxfp4PackedLoader{static_cast<const uint8_t*>(w.data), w.scales, w.cols}, p, n0,
                   n1);
