@@ -308,8 +308,10 @@ inline void Bf16Groups(const uint16_t* w, const float* xp, int64_t kp, int64_t n
       _mm256_storeu_ps(y + n, _mm512_castps512_ps256(r));
       _mm256_storeu_ps(y + ldy + n, _mm512_extractf32x8_ps(r, 1));
     } else {
-#pragma GCC unroll 8
-      for (int j = 0; j < kPackRows; ++j) y[n + j] = Reduce(acc[0][j]);
+      __m512 v[16];  // lanes 8-15 of the result are not used
+#pragma GCC unroll 16
+      for (int t = 0; t < 16; ++t) v[4 * (t % 4) + t / 4] = t < 8 ? acc[0][t] : acc[0][0];
+      _mm256_storeu_ps(y + n, _mm512_castps512_ps256(Reduce16(v)));  // r[j] = acc[0][j]
     }
   }
 }
@@ -360,8 +362,10 @@ inline void Mxfp4Groups(const uint8_t* codes, const uint8_t* scales, const float
       _mm256_storeu_ps(y + n, _mm512_castps512_ps256(r));
       _mm256_storeu_ps(y + ldy + n, _mm512_extractf32x8_ps(r, 1));
     } else {
-#pragma GCC unroll 8
-      for (int j = 0; j < kPackRows; ++j) y[n + j] = Reduce(acc[0][j]);
+      __m512 v[16];  // lanes 8-15 of the result are not used
+#pragma GCC unroll 16
+      for (int t = 0; t < 16; ++t) v[4 * (t % 4) + t / 4] = t < 8 ? acc[0][t] : acc[0][0];
+      _mm256_storeu_ps(y + n, _mm512_castps512_ps256(Reduce16(v)));  // r[j] = acc[0][j]
     }
   }
 }
