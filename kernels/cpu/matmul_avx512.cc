@@ -196,6 +196,38 @@ KIMI_ALWAYS_INLINE __m512 Reduce16(const __m512 (&v)[16]) {
                        _mm512_shuffle_ps(s3[0], s3[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
+// y[i * ldy + j] = Reduce(acc[i][j]) for MR <= 4 x rows of 4 sums, through Reduce16.
+template <int MR>
+KIMI_ALWAYS_INLINE void StoreQuadSums(const __m512 (&acc)[MR][4], float* y, int64_t ldy) {
+  __m512 v[16];
+#pragma GCC unroll 16
+  for (int t = 0; t < 16; ++t) v[t] = t % 4 < MR ? acc[t % 4][t / 4] : acc[0][0];  // v[4t + k]
+  const __m512 r = Reduce16(v);  // r[4k + t] = acc[k][t]
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    const __m128 row = i == 0   ? _mm512_castps512_ps128(r)
+                       : i == 1 ? _mm512_extractf32x4_ps(r, 1)
+                       : i == 2 ? _mm512_extractf32x4_ps(r, 2)
+                                : _mm512_extractf32x4_ps(r, 3);
+    _mm_storeu_ps(y + i * ldy, row);
+  }
+}
+
+// The same for one or two x rows of 8 sums (a whole group).
+template <int MR>
+KIMI_ALWAYS_INLINE void StoreGroupSums(const __m512 (&acc)[MR][kPackRows], float* y, int64_t ldy) {
+  static_assert(MR == 1 || MR == 2);
+  __m512 v[16];  // v[4 (j % 4) + 2 i + j / 4] = acc[i][j]; for one row, lanes 8-15 are unused
+#pragma GCC unroll 16
+  for (int t = 0; t < 16; ++t) {
+    const int i = t / 8, j = t % 8;
+    v[4 * (j % 4) + 2 * i + j / 4] = i < MR ? acc[i][j] : acc[0][0];
+  }
+  const __m512 r = Reduce16(v);  // r[8i + j] = acc[i][j]
+  _mm256_storeu_ps(y, _mm512_castps512_ps256(r));
+  if constexpr (MR == 2) _mm256_storeu_ps(y + ldy, _mm512_extractf32x8_ps(r, 1));
+}
+
 // y[i, n + j] for i < MR, j < NR: MR rows of xp against NR rows of W, the whole of K.
 // With `ahead` > 0, block b of rows n + ahead .. n + ahead + NR - 1 is prefetched while block b of
 // this tile is read: the weights of a later tile arrive while this one computes. Rows of a few KiB
@@ -242,14 +274,7 @@ inline void Tile(const L& l, const float* xp, int64_t kp, float* y, int64_t ldy,
   }
   if (rem) step(full, true);
   if constexpr (MR == 4 && NR == 4) {
-    __m512 v[16];
-#pragma GCC unroll 16
-    for (int t = 0; t < 16; ++t) v[t] = acc[t % 4][t / 4];  // v[4t + k] = acc[k][t]
-    const __m512 r = Reduce16(v);                           // r[4k + t] = acc[k][t]
-    _mm_storeu_ps(y + n, _mm512_castps512_ps128(r));
-    _mm_storeu_ps(y + ldy + n, _mm512_extractf32x4_ps(r, 1));
-    _mm_storeu_ps(y + 2 * ldy + n, _mm512_extractf32x4_ps(r, 2));
-    _mm_storeu_ps(y + 3 * ldy + n, _mm512_extractf32x4_ps(r, 3));
+    StoreQuadSums<4>(acc, y + n, ldy);
     return;
   }
 #pragma GCC unroll 8
@@ -259,130 +284,57 @@ inline void Tile(const L& l, const float* xp, int64_t kp, float* y, int64_t ldy,
   }
 }
 
-// MR = 1 or 2 x rows against packed bf16 (kBlocks) groups [n0, n1) / kPackRows: block b of a
-// group's rows is 512 contiguous bytes, read through one pointer at constant offsets, with a
-// software prefetch kOneRowAhead bytes ahead. Tile<MR, 8> computes the same sums, but addresses
-// each row through the loader: on Zen 5 GCC kept the row offsets and a spilled weight vector on the
-// stack, and the loop read 0.5-0.65 of one thread's streaming-read bandwidth where this one reads
-// 0.85-0.95. The prefetch matters for the short ranges of a decode step (a 512-wide matrix is a few
-// hundred KiB): without it a batch-1 step on kimi-linear-small took 12.3-13.0 ms, with 2-8 KiB
-// ahead 10.4-11.7 ms, with 16 KiB 10.7-11.5 ms. At two rows (MoE experts hit by two tokens) a
-// batch-8 step on k3-mini took 18.1-18.3 ms against 18.6-18.9 with Tile<2, 8>.
+// One packed (kBlocks) group of weights, block after block, read through one pointer at constant
+// offsets: row j of block b as its even and odd fp32 vectors, decoded as Bf16PackedLoader and
+// Mxfp4PackedLoader do (the same values), and a software prefetch kOneRowAhead bytes of weights
+// ahead. Tile<MR, NR> with those loaders computes the same sums, but addresses each row through
+// the loader: on Zen 5 GCC kept the row offsets (and, for bf16, a spilled weight vector) on the
+// stack or in vector registers, and at one x row the loop read 0.5-0.65 of one thread's
+// streaming-read bandwidth where this one reads 0.85-0.95. The prefetch matters for the short
+// ranges of a decode step (a 512-wide matrix is a few hundred KiB): without it a batch-1 step on
+// kimi-linear-small took 12.3-13.0 ms, with 2-8 KiB ahead 10.4-11.7 ms, with 16 KiB 10.7-11.5 ms.
 constexpr int64_t kOneRowAhead = 8192;
-constexpr int64_t kMaxStripRows = 16;  // above it, Tile<4, 4> with x blocked for L2
-template <int MR>
-inline void Bf16Groups(const uint16_t* w, const float* xp, int64_t kp, int64_t nb, float* y,
-                       int64_t ldy, int64_t n0, int64_t n1) {
-  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
-  for (int64_t n = n0; n < n1; n += kPackRows) {
-    const uint16_t* g = w + n * nb * 32;
-    __m512 acc[MR][kPackRows];
-#pragma GCC unroll 16
-    for (int t = 0; t < MR * kPackRows; ++t) (&acc[0][0])[t] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      __m512 xe[MR], xo[MR];
-#pragma GCC unroll 2
-      for (int i = 0; i < MR; ++i) {
-        xe[i] = _mm512_loadu_ps(xp + i * kp + b * 32);
-        xo[i] = _mm512_loadu_ps(xp + i * kp + b * 32 + 16);
-      }
-      const uint16_t* p = g + b * 32 * kPackRows;
+struct Bf16Group {
+  const uint16_t* g;  // the group's block 0
+  KIMI_ALWAYS_INLINE void Prefetch(int64_t b) const {
 #pragma GCC unroll 8
-      for (int j = 0; j < kPackRows; ++j) {
-        _mm_prefetch(reinterpret_cast<const char*>(p + 32 * j) + kOneRowAhead, _MM_HINT_T0);
-        const __m512i v = _mm512_loadu_si512(p + 32 * j);
-        const __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-        const __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(v, high));
-#pragma GCC unroll 2
-        for (int i = 0; i < MR; ++i) {
-          acc[i][j] = _mm512_fmadd_ps(xe[i], we, acc[i][j]);
-          acc[i][j] = _mm512_fmadd_ps(xo[i], wo, acc[i][j]);
-        }
-      }
-    }
-    if constexpr (MR == 2) {
-      __m512 v[16];
-#pragma GCC unroll 16
-      for (int t = 0; t < 16; ++t) v[4 * (t % 4) + 2 * (t / 8) + t % 8 / 4] = acc[t / 8][t % 8];
-      const __m512 r = Reduce16(v);  // r[8i + j] = acc[i][j]
-      _mm256_storeu_ps(y + n, _mm512_castps512_ps256(r));
-      _mm256_storeu_ps(y + ldy + n, _mm512_extractf32x8_ps(r, 1));
-    } else {
-      __m512 v[16];  // lanes 8-15 of the result are not used
-#pragma GCC unroll 16
-      for (int t = 0; t < 16; ++t) v[4 * (t % 4) + t / 4] = t < 8 ? acc[0][t] : acc[0][0];
-      _mm256_storeu_ps(y + n, _mm512_castps512_ps256(Reduce16(v)));  // r[j] = acc[0][j]
+    for (int j = 0; j < kPackRows; ++j) {
+      _mm_prefetch(reinterpret_cast<const char*>(g + (b * kPackRows + j) * 32) + kOneRowAhead,
+                   _MM_HINT_T0);
     }
   }
-}
-
-// The same for packed MXFP4 (kBlocks): block b of a group is 128 contiguous code bytes and 8
-// scale bytes. Decoded as Mxfp4PackedLoader does, so the sums are the same bits.
-template <int MR>
-inline void Mxfp4Groups(const uint8_t* codes, const uint8_t* scales, const float* xp, int64_t kp,
-                        int64_t nb, float* y, int64_t ldy, int64_t n0, int64_t n1) {
-  const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f,
-                                      -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
-  for (int64_t n = n0; n < n1; n += kPackRows) {
-    const uint8_t* gc = codes + n * nb * 16;
-    const uint8_t* gs = scales + n * nb;
-    __m512 acc[MR][kPackRows];
-#pragma GCC unroll 16
-    for (int t = 0; t < MR * kPackRows; ++t) (&acc[0][0])[t] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      __m512 xe[MR], xo[MR];
-#pragma GCC unroll 2
-      for (int i = 0; i < MR; ++i) {
-        xe[i] = _mm512_loadu_ps(xp + i * kp + b * 32);
-        xo[i] = _mm512_loadu_ps(xp + i * kp + b * 32 + 16);
-      }
-      const uint8_t* c = gc + b * 16 * kPackRows;
-      const uint8_t* sb = gs + b * kPackRows;
-      _mm_prefetch(reinterpret_cast<const char*>(c) + kOneRowAhead / 2, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(c) + kOneRowAhead / 2 + 64, _MM_HINT_T0);
-#pragma GCC unroll 8
-      for (int j = 0; j < kPackRows; ++j) {
-        const __m512 scaled = _mm512_mul_ps(table, _mm512_set1_ps(kE8m0[sb[j]]));
-        const __m512i code =
-            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + 16 * j)));
-        const __m512 we = _mm512_permutexvar_ps(code, scaled);
-        const __m512 wo = _mm512_permutexvar_ps(_mm512_srli_epi32(code, 4), scaled);
-#pragma GCC unroll 2
-        for (int i = 0; i < MR; ++i) {
-          acc[i][j] = _mm512_fmadd_ps(xe[i], we, acc[i][j]);
-          acc[i][j] = _mm512_fmadd_ps(xo[i], wo, acc[i][j]);
-        }
-      }
-    }
-    if constexpr (MR == 2) {
-      __m512 v[16];
-#pragma GCC unroll 16
-      for (int t = 0; t < 16; ++t) v[4 * (t % 4) + 2 * (t / 8) + t % 8 / 4] = acc[t / 8][t % 8];
-      const __m512 r = Reduce16(v);  // r[8i + j] = acc[i][j]
-      _mm256_storeu_ps(y + n, _mm512_castps512_ps256(r));
-      _mm256_storeu_ps(y + ldy + n, _mm512_extractf32x8_ps(r, 1));
-    } else {
-      __m512 v[16];  // lanes 8-15 of the result are not used
-#pragma GCC unroll 16
-      for (int t = 0; t < 16; ++t) v[4 * (t % 4) + t / 4] = t < 8 ? acc[0][t] : acc[0][0];
-      _mm256_storeu_ps(y + n, _mm512_castps512_ps256(Reduce16(v)));  // r[j] = acc[0][j]
-    }
+  KIMI_ALWAYS_INLINE void Load(int64_t b, int j, __m512& e, __m512& o) const {
+    const __m512i v = _mm512_loadu_si512(g + (b * kPackRows + j) * 32);
+    e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    o = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
   }
-}
+};
+struct Mxfp4Group {
+  const uint8_t* codes;   // the group's block 0
+  const uint8_t* scales;  // the group's block 0
+  KIMI_ALWAYS_INLINE void Prefetch(int64_t b) const {
+    const char* c = reinterpret_cast<const char*>(codes + b * 16 * kPackRows) + kOneRowAhead / 2;
+    _mm_prefetch(c, _MM_HINT_T0);
+    _mm_prefetch(c + 64, _MM_HINT_T0);
+  }
+  KIMI_ALWAYS_INLINE void Load(int64_t b, int j, __m512& e, __m512& o) const {
+    const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
+                                        -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+    const __m512 scaled = _mm512_mul_ps(table, _mm512_set1_ps(kE8m0[scales[b * kPackRows + j]]));
+    const __m512i code = _mm512_cvtepu8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + (b * kPackRows + j) * 16)));
+    e = _mm512_permutexvar_ps(code, scaled);
+    o = _mm512_permutexvar_ps(_mm512_srli_epi32(code, 4), scaled);
+  }
+};
 
-// MR (3 or 4) x rows against rows j0 .. j0 + 3 of packed MXFP4 group n: each code decoded once
-// for all MR rows, as Tile<MR, 4> does with Mxfp4PackedLoader (the same sums), but through one
-// pointer at constant offsets.
-template <int MR>
-inline void Mxfp4QuarterTile(const uint8_t* codes, const uint8_t* scales, const float* xp,
-                             int64_t kp, int64_t nb, float* y, int64_t ldy, int64_t n, int j0) {
-  const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f,
-                                      -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
-  const uint8_t* gc = codes + n * nb * 16 + 16 * j0;
-  const uint8_t* gs = scales + n * nb + j0;
-  __m512 acc[4][4];  // [x row][W row]; rows MR..3 stay zero
+// acc[i][j] = x row i against group row j0 + j over the whole of K, i < MR, j < NR: each weight
+// decoded once for all MR rows.
+template <int MR, int NR, class G>
+KIMI_ALWAYS_INLINE void GroupSums(const G& g, const float* xp, int64_t kp, int64_t nb, int j0,
+                                  __m512 (&acc)[MR][NR]) {
 #pragma GCC unroll 16
-  for (int t = 0; t < 16; ++t) (&acc[0][0])[t] = _mm512_setzero_ps();
+  for (int t = 0; t < MR * NR; ++t) (&acc[0][0])[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     __m512 xe[MR], xo[MR];
 #pragma GCC unroll 4
@@ -390,15 +342,11 @@ inline void Mxfp4QuarterTile(const uint8_t* codes, const uint8_t* scales, const 
       xe[i] = _mm512_loadu_ps(xp + i * kp + b * 32);
       xo[i] = _mm512_loadu_ps(xp + i * kp + b * 32 + 16);
     }
-    const uint8_t* c = gc + b * 16 * kPackRows;
-    const uint8_t* sb = gs + b * kPackRows;
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      const __m512 scaled = _mm512_mul_ps(table, _mm512_set1_ps(kE8m0[sb[j]]));
-      const __m512i code =
-          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + 16 * j)));
-      const __m512 we = _mm512_permutexvar_ps(code, scaled);
-      const __m512 wo = _mm512_permutexvar_ps(_mm512_srli_epi32(code, 4), scaled);
+    g.Prefetch(b);
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) {
+      __m512 we, wo;
+      g.Load(b, j0 + j, we, wo);
 #pragma GCC unroll 4
       for (int i = 0; i < MR; ++i) {
         acc[i][j] = _mm512_fmadd_ps(xe[i], we, acc[i][j]);
@@ -406,15 +354,53 @@ inline void Mxfp4QuarterTile(const uint8_t* codes, const uint8_t* scales, const 
       }
     }
   }
-  __m512 v[16];
-#pragma GCC unroll 16
-  for (int t = 0; t < 16; ++t) v[t] = acc[t % 4][t / 4];  // v[4t + k] = acc[k][t]
-  const __m512 r = Reduce16(v);                           // r[4k + t] = acc[k][t]
-  float* out = y + n + j0;
-  _mm_storeu_ps(out, _mm512_castps512_ps128(r));
-  _mm_storeu_ps(out + ldy, _mm512_extractf32x4_ps(r, 1));
-  _mm_storeu_ps(out + 2 * ldy, _mm512_extractf32x4_ps(r, 2));
-  if constexpr (MR == 4) _mm_storeu_ps(out + 3 * ldy, _mm512_extractf32x4_ps(r, 3));
+}
+
+// Packed bf16 or MXFP4 (kBlocks) W rows [n0, n1) against m <= kMaxStripRows x rows: group after
+// group, one or two x rows against the whole group, or (MXFP4, m >= 3) strips of four x rows
+// against half a group, so that a code is decoded once per four rows. bf16 weights take strips of
+// two rows: the split costs two instructions per weight vector, and one thread, in-cache and
+// streamed shapes at m = 4-16 (K = 512-4096), ran 1.07-1.26x Tile<4, 4> (a one-pointer 4 x 4 form
+// was no faster than the strips). MXFP4 strips of four: batch-8 / 32 / 64 k3-mini steps, four
+// alternations with Tile, 17.2-17.9 / 50.5-57.9 / 98-107 ms against 18.6-22.3 / 54.7-59.7 /
+// 102-119 ms. Two rows (experts hit by two tokens) against Tile<2, 8>: batch-8 k3-mini 18.1-18.3
+// against 18.6-18.9 ms.
+constexpr int64_t kMaxStripRows = 16;  // above it, Tile<4, 4> with x blocked for L2
+template <class G, class MakeGroup>
+inline void GroupStrips(const MakeGroup& make, const Problem& p, int64_t n0, int64_t n1) {
+  const int64_t nb = p.w->cols / 32;
+  constexpr bool kMxfp4 = std::is_same_v<G, Mxfp4Group>;
+  for (int64_t n = n0; n < n1; n += kPackRows) {
+    const G g = make(n);
+    int64_t i = 0;
+    if constexpr (kMxfp4) {
+      if (p.m >= 3) {
+        for (int j0 = 0; j0 < kPackRows; j0 += 4) {
+          for (i = 0; i + 4 <= p.m; i += 4) {
+            __m512 acc[4][4];
+            GroupSums<4, 4>(g, p.xp + i * p.kp, p.kp, nb, j0, acc);
+            StoreQuadSums<4>(acc, p.y + i * p.ldy + n + j0, p.ldy);
+          }
+          if (p.m - i == 3) {
+            __m512 acc[3][4];
+            GroupSums<3, 4>(g, p.xp + i * p.kp, p.kp, nb, j0, acc);
+            StoreQuadSums<3>(acc, p.y + i * p.ldy + n + j0, p.ldy);
+            i += 3;
+          }
+        }
+      }
+    }
+    for (; i + 2 <= p.m; i += 2) {
+      __m512 acc[2][kPackRows];
+      GroupSums<2, kPackRows>(g, p.xp + i * p.kp, p.kp, nb, 0, acc);
+      StoreGroupSums<2>(acc, p.y + i * p.ldy + n, p.ldy);
+    }
+    if (i < p.m) {
+      __m512 acc[1][kPackRows];
+      GroupSums<1, kPackRows>(g, p.xp + i * p.kp, p.kp, nb, 0, acc);
+      StoreGroupSums<1>(acc, p.y + i * p.ldy + n, p.ldy);
+    }
+  }
 }
 
 // Rows [i0, i0 + MR) of the problem against W rows [n0, n1): tiles of 4 W rows, then single rows.
@@ -488,26 +474,10 @@ void Range(const Problem& p, int64_t n0, int64_t n1) {
   if (w.packed && w.layout != PackLayout::kBlocks) return Avx2Kernels()->range(p, n0, n1);
   switch (w.format) {
     case WeightFormat::kBF16:
-      if (w.packed && p.m <= 2) {
-        const auto* d = static_cast<const uint16_t*>(w.data);
-        if (p.m == 1) Bf16Groups<1>(d, p.xp, p.kp, w.cols / 32, p.y, p.ldy, n0, n1);
-        if (p.m == 2) Bf16Groups<2>(d, p.xp, p.kp, w.cols / 32, p.y, p.ldy, n0, n1);
-      } else if (w.packed && p.m <= kMaxStripRows) {
-        // A few x rows (batched decode): each group in turn against strips of two rows, the
-        // group's weights in L1/L2 after the first strip. One thread, in-cache and streamed shapes
-        // at m = 4-16 (K = 512-4096): 1.07-1.26x Tile<4, 4>; a one-pointer 4 x 4 form was no
-        // faster than the strips.
+      if (w.packed && p.m <= kMaxStripRows) {
         const auto* d = static_cast<const uint16_t*>(w.data);
         const int64_t nb = w.cols / 32;
-        for (int64_t n = n0; n < n1; n += kPackRows) {
-          int64_t i = 0;
-          for (; i + 2 <= p.m; i += 2) {
-            Bf16Groups<2>(d, p.xp + i * p.kp, p.kp, nb, p.y + i * p.ldy, p.ldy, n, n + kPackRows);
-          }
-          if (i < p.m) {
-            Bf16Groups<1>(d, p.xp + i * p.kp, p.kp, nb, p.y + i * p.ldy, p.ldy, n, n + kPackRows);
-          }
-        }
+        GroupStrips<Bf16Group>([&](int64_t n) { return Bf16Group{d + n * nb * 32}; }, p, n0, n1);
       } else if (w.packed) {
         RangeWith(Bf16PackedLoader{static_cast<const uint16_t*>(w.data), w.cols}, p, n0, n1);
       } else {
@@ -521,39 +491,14 @@ void Range(const Problem& p, int64_t n0, int64_t n1) {
       RangeWith(F32Loader{static_cast<const float*>(w.data), w.cols}, p, n0, n1);
       return;
     case WeightFormat::kMxfp4:
-      if (w.packed && p.m <= 2) {
-        const auto* d = static_cast<const uint8_t*>(w.data);
-        if (p.m == 1) Mxfp4Groups<1>(d, w.scales, p.xp, p.kp, w.cols / 32, p.y, p.ldy, n0, n1);
-        if (p.m == 2) Mxfp4Groups<2>(d, w.scales, p.xp, p.kp, w.cols / 32, p.y, p.ldy, n0, n1);
-      } else if (w.packed && p.m <= kMaxStripRows) {
-        // MoE experts hit by a few tokens: each half group against strips of four x rows (three
-        // for a remainder of three), a remainder of one or two through the group kernels. Batch-8
-        // / 32 / 64 k3-mini steps, four alternations with Tile: 17.2-17.9 / 50.5-57.9 / 98-107 ms
-        // against 18.6-22.3 / 54.7-59.7 / 102-119 ms.
+      if (w.packed && p.m <= kMaxStripRows) {
         const auto* d = static_cast<const uint8_t*>(w.data);
         const int64_t nb = w.cols / 32;
-        for (int64_t n = n0; n < n1; n += kPackRows) {
-          for (int j0 = 0; j0 < kPackRows; j0 += 4) {
-            int64_t i = 0;
-            for (; i + 4 <= p.m; i += 4) {
-              Mxfp4QuarterTile<4>(d, w.scales, p.xp + i * p.kp, p.kp, nb, p.y + i * p.ldy, p.ldy, n,
-                                  j0);
-            }
-            if (p.m - i == 3) {
-              Mxfp4QuarterTile<3>(d, w.scales, p.xp + i * p.kp, p.kp, nb, p.y + i * p.ldy, p.ldy, n,
-                                  j0);
-              i += 3;
-            }
-          }
-          const int64_t i = p.m / 4 * 4;
-          if (p.m - i == 2) {
-            Mxfp4Groups<2>(d, w.scales, p.xp + i * p.kp, p.kp, nb, p.y + i * p.ldy, p.ldy, n,
-                           n + kPackRows);
-          } else if (p.m - i == 1) {
-            Mxfp4Groups<1>(d, w.scales, p.xp + i * p.kp, p.kp, nb, p.y + i * p.ldy, p.ldy, n,
-                           n + kPackRows);
-          }
-        }
+        GroupStrips<Mxfp4Group>(
+            [&](int64_t n) {
+              return Mxfp4Group{d + n * nb * 16, w.scales + n * nb};
+            },
+            p, n0, n1);
       } else if (w.packed) {
         RangeWith(Mxfp4PackedLoader{static_cast<const uint8_t*>(w.data), w.scales, w.cols}, p, n0,
                   n1);
