@@ -20,22 +20,35 @@ namespace {
 
 #define KIMI_ALWAYS_INLINE inline __attribute__((always_inline))
 
+// 32 bf16 weights (one block) as fp32: the even elements, then the odd ones.
+KIMI_ALWAYS_INLINE void SplitBf16(__m512i v, __m512& e, __m512& o) {
+  e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+  o = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+// One MXFP4 block (16 code bytes, scale byte s) as fp32: E2M1(code) * 2^(s - 127), exact.
+KIMI_ALWAYS_INLINE void DecodeMxfp4(const uint8_t* codes, uint8_t s, __m512& e, __m512& o) {
+  const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f,
+                                      -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+  const __m512 scaled = _mm512_mul_ps(table, _mm512_set1_ps(kE8m0[s]));
+  const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+  // vpermps reads only the low 4 bits of each index: the low nibble needs no mask.
+  e = _mm512_permutexvar_ps(c, scaled);
+  o = _mm512_permutexvar_ps(_mm512_srli_epi32(c, 4), scaled);
+}
+
 // Loaders: block b of row r as two fp32 vectors, the even and the odd elements of the block.
 // LoadTail reads only the first `rem` (< 32) elements and zero-fills the rest.
 struct Bf16Loader {
   const uint16_t* base;
   int64_t k;
   KIMI_ALWAYS_INLINE void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
-    const __m512i v = _mm512_loadu_si512(base + r * k + b * 32);
-    e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-    o = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+    SplitBf16(_mm512_loadu_si512(base + r * k + b * 32), e, o);
   }
   KIMI_ALWAYS_INLINE void Prefetch(int64_t r, int64_t b) const { _mm_prefetch(reinterpret_cast<const char*>(base + r * k + b * 32), _MM_HINT_T0); }
   int64_t RowBytes() const { return k * 2; }
   KIMI_ALWAYS_INLINE void LoadTail(int64_t r, int64_t b, int rem, __m512& e, __m512& o) const {
-    const __m512i v = _mm512_maskz_loadu_epi16(_bzhi_u32(~0u, rem), base + r * k + b * 32);
-    e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-    o = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+    SplitBf16(_mm512_maskz_loadu_epi16(_bzhi_u32(~0u, rem), base + r * k + b * 32), e, o);
   }
 };
 
@@ -87,14 +100,7 @@ struct Mxfp4Loader {
   const uint8_t* scales;  // [rows, k/32]
   int64_t k;
   KIMI_ALWAYS_INLINE void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
-    const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
-                                        -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
-    const __m512 scaled = _mm512_mul_ps(table, _mm512_set1_ps(kE8m0[scales[r * (k / 32) + b]]));
-    const __m512i codes = _mm512_cvtepu8_epi32(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + r * (k / 2) + b * 16)));
-    // vpermps reads only the low 4 bits of each index: the low nibble needs no mask.
-    e = _mm512_permutexvar_ps(codes, scaled);
-    o = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), scaled);
+    DecodeMxfp4(packed + r * (k / 2) + b * 16, scales[r * (k / 32) + b], e, o);
   }
   KIMI_ALWAYS_INLINE void Prefetch(int64_t r, int64_t b) const {
     _mm_prefetch(reinterpret_cast<const char*>(packed + r * (k / 2) + b * 16), _MM_HINT_T0);
@@ -115,9 +121,7 @@ struct Bf16PackedLoader {
     return base + (r / kPackRows) * kPackRows * k + b * 32 * kPackRows + (r % kPackRows) * 32;
   }
   KIMI_ALWAYS_INLINE void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
-    const __m512i v = _mm512_loadu_si512(At(r, b));
-    e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-    o = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+    SplitBf16(_mm512_loadu_si512(At(r, b)), e, o);
   }
   KIMI_ALWAYS_INLINE void Prefetch(int64_t r, int64_t b) const {
     _mm_prefetch(reinterpret_cast<const char*>(At(r, b)), _MM_HINT_T0);
@@ -135,14 +139,8 @@ struct Mxfp4PackedLoader {
   int64_t k;
   KIMI_ALWAYS_INLINE void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
     const int64_t g = r / kPackRows, j = r % kPackRows;
-    const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
-                                        -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
-    const uint8_t s = scales[g * kPackRows * (k / 32) + b * kPackRows + j];
-    const __m512 scaled = _mm512_mul_ps(table, _mm512_set1_ps(kE8m0[s]));
-    const __m512i codes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
-        packed + g * kPackRows * (k / 2) + b * 16 * kPackRows + j * 16)));
-    e = _mm512_permutexvar_ps(codes, scaled);
-    o = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), scaled);
+    DecodeMxfp4(packed + g * kPackRows * (k / 2) + b * 16 * kPackRows + j * 16,
+                scales[g * kPackRows * (k / 32) + b * kPackRows + j], e, o);
   }
   KIMI_ALWAYS_INLINE void Prefetch(int64_t r, int64_t b) const {
     const int64_t g = r / kPackRows, j = r % kPackRows;
@@ -295,7 +293,8 @@ inline void Tile(const L& l, const float* xp, int64_t kp, float* y, int64_t ldy,
 // kimi-linear-small took 12.3-13.0 ms, with 2-8 KiB ahead 10.4-11.7 ms, with 16 KiB 10.7-11.5 ms.
 constexpr int64_t kOneRowAhead = 8192;
 struct Bf16Group {
-  const uint16_t* g;  // the group's block 0
+  static constexpr int kStripRows = 2;  // x rows per strip: decoding a block is two instructions
+  const uint16_t* g;                    // the group's block 0
   KIMI_ALWAYS_INLINE void Prefetch(int64_t b) const {
 #pragma GCC unroll 8
     for (int j = 0; j < kPackRows; ++j) {
@@ -304,13 +303,12 @@ struct Bf16Group {
     }
   }
   KIMI_ALWAYS_INLINE void Load(int64_t b, int j, __m512& e, __m512& o) const {
-    const __m512i v = _mm512_loadu_si512(g + (b * kPackRows + j) * 32);
-    e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-    o = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+    SplitBf16(_mm512_loadu_si512(g + (b * kPackRows + j) * 32), e, o);
   }
 };
 struct Mxfp4Group {
-  const uint8_t* codes;   // the group's block 0
+  static constexpr int kStripRows = 4;  // x rows per strip: each code decoded once for four rows
+  const uint8_t* codes;                 // the group's block 0
   const uint8_t* scales;  // the group's block 0
   KIMI_ALWAYS_INLINE void Prefetch(int64_t b) const {
     const char* c = reinterpret_cast<const char*>(codes + b * 16 * kPackRows) + kOneRowAhead / 2;
@@ -318,13 +316,7 @@ struct Mxfp4Group {
     _mm_prefetch(c + 64, _MM_HINT_T0);
   }
   KIMI_ALWAYS_INLINE void Load(int64_t b, int j, __m512& e, __m512& o) const {
-    const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
-                                        -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
-    const __m512 scaled = _mm512_mul_ps(table, _mm512_set1_ps(kE8m0[scales[b * kPackRows + j]]));
-    const __m512i code = _mm512_cvtepu8_epi32(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + (b * kPackRows + j) * 16)));
-    e = _mm512_permutexvar_ps(code, scaled);
-    o = _mm512_permutexvar_ps(_mm512_srli_epi32(code, 4), scaled);
+    DecodeMxfp4(codes + (b * kPackRows + j) * 16, scales[b * kPackRows + j], e, o);
   }
 };
 
@@ -369,11 +361,10 @@ constexpr int64_t kMaxStripRows = 16;  // above it, Tile<4, 4> with x blocked fo
 template <class G, class MakeGroup>
 inline void GroupStrips(const MakeGroup& make, const Problem& p, int64_t n0, int64_t n1) {
   const int64_t nb = p.w->cols / 32;
-  constexpr bool kMxfp4 = std::is_same_v<G, Mxfp4Group>;
   for (int64_t n = n0; n < n1; n += kPackRows) {
     const G g = make(n);
     int64_t i = 0;
-    if constexpr (kMxfp4) {
+    if constexpr (G::kStripRows == 4) {
       if (p.m >= 3) {
         for (int j0 = 0; j0 < kPackRows; j0 += 4) {
           for (i = 0; i + 4 <= p.m; i += 4) {
@@ -422,10 +413,9 @@ void RangeWith(const L& l, const Problem& p, int64_t n0, int64_t n1) {
   const int64_t row_bytes = l.RowBytes();
   const int64_t ahead_rows = (8192 + row_bytes - 1) / row_bytes;
   if (p.m <= 3) {
-    // Decode, or a few tokens: 8 rows of W in flight (a whole packed group, read linearly), every
-    // x row against each. A packed weight is one linear stream the hardware prefetcher follows by
-    // itself; row-major rows get software prefetches.
-    const int64_t ahead = p.w->packed ? 0 : ahead_rows < 8 ? 8 : ahead_rows;
+    // Decode, or a few tokens, on row-major weights (packed ones take GroupStrips): 8 rows of W in
+    // flight, every x row against each, with software prefetches ahead.
+    const int64_t ahead = ahead_rows < 8 ? 8 : ahead_rows;
     const auto run = [&](auto mr) {
       constexpr int MR = decltype(mr)::value;
       int64_t n = n0;
