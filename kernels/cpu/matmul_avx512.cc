@@ -516,6 +516,10 @@ struct Bf16Raw {
   }
 };
 
+// y[i, n + j] for i < MR, j < NR: MR rows of xb against NR rows of W by vdpbf16ps, the whole of K.
+// The NR rows are read through one pointer: in a packed weight they lie side by side in every
+// block (n % 4 == 0 when NR == 4, so they share a group), else a row apart. Four sums per x row go
+// out through Reduce16 (the same bits as Reduce on each).
 template <int MR, int NR>
 inline void TileBf16(const Bf16Raw& l, const uint16_t* xb, int64_t kp, float* y, int64_t ldy,
                      int64_t n, int64_t full, int rem) {
@@ -525,26 +529,46 @@ inline void TileBf16(const Bf16Raw& l, const uint16_t* xb, int64_t kp, float* y,
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
   }
-  const auto step = [&](int64_t b, bool tail) {
-    __m512i x[MR];
+  const auto dot = [&](const __m512i(&x)[MR], int j, __m512i w) {
 #pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) x[i] = _mm512_loadu_si512(xb + i * kp + b * 32);
-#pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) {
-      const __m512i w = tail ? l.LoadTail(n + j, b, rem) : l.Load(n + j, b);
-#pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) {
-        acc[i][j] = _mm512_dpbf16_ps(acc[i][j], reinterpret_cast<__m512bh>(x[i]),
-                                     reinterpret_cast<__m512bh>(w));
-      }
+    for (int i = 0; i < MR; ++i) {
+      acc[i][j] = _mm512_dpbf16_ps(acc[i][j], reinterpret_cast<__m512bh>(x[i]),
+                                   reinterpret_cast<__m512bh>(w));
     }
   };
-  for (int64_t b = 0; b < full; ++b) step(b, false);
-  if (rem) step(full, true);
+  const int64_t row_step = l.packed ? 32 : l.k, block_step = l.packed ? 32 * kPackRows : 32;
+  const uint16_t* w = l.At(n, 0);
+  const uint16_t* xr = xb;
+  for (int64_t b = 0; b < full; ++b, w += block_step, xr += 32) {
+    __m512i x[MR];
 #pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i) {
+    for (int i = 0; i < MR; ++i) x[i] = _mm512_loadu_si512(xr + i * kp);
 #pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) y[i * ldy + n + j] = Reduce(acc[i][j]);
+    for (int j = 0; j < NR; ++j) dot(x, j, _mm512_loadu_si512(w + j * row_step));
+  }
+  if (rem) {  // unpacked weights only; x is zero-padded to kp
+    __m512i x[MR];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) x[i] = _mm512_loadu_si512(xb + i * kp + full * 32);
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) dot(x, j, l.LoadTail(n + j, full, rem));
+  }
+  if constexpr (NR == 4 && MR <= 4) {
+    StoreQuadSums<MR>(acc, y + n, ldy);
+  } else if constexpr (NR == 4 && MR <= 8) {
+    __m512 lo[4][4], hi[MR - 4][4];
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; ++t) lo[t / 4][t % 4] = acc[t / 4][t % 4];
+#pragma GCC unroll 16
+    for (int t = 0; t < (MR - 4) * 4; ++t) hi[t / 4][t % 4] = acc[4 + t / 4][t % 4];
+    StoreQuadSums<4>(lo, y + n, ldy);
+    StoreQuadSums<MR - 4>(hi, y + 4 * ldy + n, ldy);
+  } else {
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) y[i * ldy + n + j] = Reduce(acc[i][j]);
+    }
   }
 }
 
@@ -573,8 +597,12 @@ void RangeBf16(const Problem& p, int64_t n0, int64_t n1) {
     for (int64_t c0 = n0; c0 < n1; c0 += 16) {
       const int64_t c1 = c0 + 16 < n1 ? c0 + 16 : n1;
       int64_t i = i0;
+      for (; i + 6 <= i1; i += 6) StripBf16<6>(l, p, i, c0, c1, full, rem);
       for (; i + 4 <= i1; i += 4) StripBf16<4>(l, p, i, c0, c1, full, rem);
       switch (i1 - i) {
+        case 5:
+          StripBf16<5>(l, p, i, c0, c1, full, rem);
+          break;
         case 3:
           StripBf16<3>(l, p, i, c0, c1, full, rem);
           break;
