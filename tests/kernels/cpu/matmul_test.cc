@@ -267,7 +267,12 @@ TEST(MatMul, Bf16ActivationsAreAccurateAndBatchInvariant) {
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 24, 64},
                          {7, 40, 100},
                          {70, 16, 1024},
-                         {5, 33, 4096}}) {
+                         {5, 33, 4096},
+                         // packed, 2-16 rows: the group kernels (strips of three, then two or one)
+                         {2, 8, 32},
+                         {3, 24, 128},
+                         {8, 32, 256},
+                         {16, 16, 512}}) {
     const Stored s = MakeWeight(WeightFormat::kBF16, n, k, 51);
     Stored p = MakeWeight(WeightFormat::kBF16, n, k, 51);
     PackInPlace(&p.w);
