@@ -7,6 +7,40 @@
 #include "kernels/cpu/thread_pool.h"
 
 namespace kimi::cpu {
+namespace {
+
+#define KIMI_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
+// (v . w, v . v) over H, in double: eight partial sums each (lane l takes i % 8 == l), added
+// pairwise at the end, so the compiler vectorises the loop. A single running sum was a serial
+// chain of dependent adds: about 2% of a batch-32 k3-mini step.
+KIMI_CLONES void DotAndSquares(const float* v, const float* w, int64_t H, double* dot, double* sq) {
+  constexpr int kLanes = 8;
+  double d[kLanes] = {}, q[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= H; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      const double x = v[i + l];
+      d[l] += x * w[i + l];
+      q[l] += x * x;
+    }
+  }
+  for (int l = 0; i < H; ++i, ++l) {
+    const double x = v[i];
+    d[l] += x * w[i];
+    q[l] += x * x;
+  }
+  for (int width = kLanes / 2; width > 0; width /= 2) {
+    for (int l = 0; l < width; ++l) {
+      d[l] += d[l + width];
+      q[l] += q[l + width];
+    }
+  }
+  *dot = d[0];
+  *sq = q[0];
+}
+
+}  // namespace
 
 void AttnRes(float* out, float* probs, const float* bank, int64_t bank_stride, int64_t nb,
              const float* partial, const float* w, int64_t T, int64_t H, float eps) {
@@ -18,11 +52,8 @@ void AttnRes(float* out, float* probs, const float* bank, int64_t bank_stride, i
       rows[nb] = partial + t * H;
       float max_s = -INFINITY;
       for (int64_t j = 0; j <= nb; ++j) {
-        double dot = 0.0, sq = 0.0;
-        for (int64_t i = 0; i < H; ++i) {
-          dot += static_cast<double>(rows[j][i]) * w[i];
-          sq += static_cast<double>(rows[j][i]) * rows[j][i];
-        }
+        double dot, sq;
+        DotAndSquares(rows[j], w, H, &dot, &sq);
         s[j] = static_cast<float>(dot / std::sqrt(sq / static_cast<double>(H) + eps));
         max_s = std::max(max_s, s[j]);
       }
