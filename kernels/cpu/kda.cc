@@ -21,8 +21,69 @@ inline const float* At(const float* base, int64_t t, int64_t h, int64_t H, int64
   return base + (t * H + h) * X;
 }
 
+// 16 floats as one value: a 512-bit register in the x86-64-v4 clone, pairs or quads of narrower
+// ones in the others. Every function taking or returning one is inlined into a clone, so the ABI
+// note GCC gives for the default target does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float Vec16 __attribute__((vector_size(64)));
+KIMI_INLINE Vec16 LoadVec16(const float* p) {
+  Vec16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+KIMI_INLINE void StoreVec16(float* p, Vec16 v) { std::memcpy(p, &v, sizeof v); }
+
+// RecurrentHead for V = 128 (every Kimi checkpoint's head_dim): kv, u and out live in registers
+// across the rows of S, where the general loop loads and stores them once per row (twice the
+// memory operations of the state itself). The same operations on every element, in the same
+// order, so the same bits as the general loop.
+template <int V>
+KIMI_INLINE void RecurrentHeadFixed(float* o, const float* q, const float* k, const float* v,
+                                    const float* g, const float* beta, float* S, const KdaDims& d,
+                                    int64_t h, float scale) {
+  constexpr int kN = V / 16;
+  const int64_t K = d.K, H = d.H;
+  for (int64_t t = 0; t < d.T; ++t) {
+    const float* qt = At(q, t, h, H, K);
+    const float* kt = At(k, t, h, H, K);
+    const float* vt = At(v, t, h, H, V);
+    const float* gt = At(g, t, h, H, K);
+    const float bt = beta[t * H + h];
+    Vec16 kv[kN] = {};
+    for (int64_t i = 0; i < K; ++i) {
+      float* row = S + i * V;
+      const float decay = std::exp(gt[i]);
+      const float ki = kt[i];
+#pragma GCC unroll 8
+      for (int c = 0; c < kN; ++c) {
+        const Vec16 r = LoadVec16(row + 16 * c) * decay;
+        StoreVec16(row + 16 * c, r);
+        kv[c] += r * ki;
+      }
+    }
+    Vec16 u[kN], out[kN] = {};
+#pragma GCC unroll 8
+    for (int c = 0; c < kN; ++c) u[c] = bt * (LoadVec16(vt + 16 * c) - kv[c]);
+    for (int64_t i = 0; i < K; ++i) {
+      float* row = S + i * V;
+      const float ki = kt[i];
+      const float qi = qt[i] * scale;
+#pragma GCC unroll 8
+      for (int c = 0; c < kN; ++c) {
+        const Vec16 r = LoadVec16(row + 16 * c) + ki * u[c];
+        StoreVec16(row + 16 * c, r);
+        out[c] += r * qi;
+      }
+    }
+    float* ot = o + (t * H + h) * V;
+#pragma GCC unroll 8
+    for (int c = 0; c < kN; ++c) StoreVec16(ot + 16 * c, out[c]);
+  }
+}
+
 KIMI_CLONES void RecurrentHead(float* o, const float* q, const float* k, const float* v, const float* g,
                    const float* beta, float* S, const KdaDims& d, int64_t h, float scale) {
+  if (d.V == 128) return RecurrentHeadFixed<128>(o, q, k, v, g, beta, S, d, h, scale);
   const int64_t K = d.K, V = d.V, H = d.H;
   std::vector<float> kv(V), u(V), out(V);
   for (int64_t t = 0; t < d.T; ++t) {

@@ -93,6 +93,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, KdaTest,
                          ::testing::Values(Case{1, 2, 16, 16, 0.5f}, Case{5, 2, 16, 8, 0.5f},
                                            Case{64, 3, 32, 16, 0.2f}, Case{100, 2, 16, 24, 0.2f},
                                            Case{130, 2, 32, 32, 1.0f},
+                                           // V = 128: the recurrence's register-resident form
+                                           Case{9, 2, 32, 128, 0.5f}, Case{3, 1, 128, 128, 0.5f},
                                            // strong decay: exp(G) spans many orders in a chunk
                                            Case{70, 1, 16, 16, 8.0f}));
 
