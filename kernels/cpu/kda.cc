@@ -21,6 +21,19 @@ inline const float* At(const float* base, int64_t t, int64_t h, int64_t H, int64
   return base + (t * H + h) * X;
 }
 
+// Token t's rows of head h in the recurrence's inputs.
+struct TokenRows {
+  const float *q, *k, *v, *g;
+  float beta;
+  TokenRows(const float* q_, const float* k_, const float* v_, const float* g_, const float* beta_,
+            int64_t t, int64_t h, int64_t H, int64_t K, int64_t V)
+      : q(At(q_, t, h, H, K)),
+        k(At(k_, t, h, H, K)),
+        v(At(v_, t, h, H, V)),
+        g(At(g_, t, h, H, K)),
+        beta(beta_[t * H + h]) {}
+};
+
 // 16 floats as one value: a 512-bit register in the x86-64-v4 clone, pairs or quads of narrower
 // ones in the others. Every function taking or returning one is inlined into a clone, so the ABI
 // note GCC gives for the default target does not apply.
@@ -44,11 +57,9 @@ KIMI_INLINE void RecurrentHeadFixed(float* o, const float* q, const float* k, co
   constexpr int kN = V / 16;
   const int64_t K = d.K, H = d.H;
   for (int64_t t = 0; t < d.T; ++t) {
-    const float* qt = At(q, t, h, H, K);
-    const float* kt = At(k, t, h, H, K);
-    const float* vt = At(v, t, h, H, V);
-    const float* gt = At(g, t, h, H, K);
-    const float bt = beta[t * H + h];
+    const TokenRows in(q, k, v, g, beta, t, h, H, K, V);
+    const float *qt = in.q, *kt = in.k, *vt = in.v, *gt = in.g;
+    const float bt = in.beta;
     Vec16 kv[kN] = {};
     for (int64_t i = 0; i < K; ++i) {
       float* row = S + i * V;
@@ -87,11 +98,9 @@ KIMI_CLONES void RecurrentHead(float* o, const float* q, const float* k, const f
   const int64_t K = d.K, V = d.V, H = d.H;
   std::vector<float> kv(V), u(V), out(V);
   for (int64_t t = 0; t < d.T; ++t) {
-    const float* qt = At(q, t, h, H, K);
-    const float* kt = At(k, t, h, H, K);
-    const float* vt = At(v, t, h, H, V);
-    const float* gt = At(g, t, h, H, K);
-    const float bt = beta[t * H + h];
+    const TokenRows in(q, k, v, g, beta, t, h, H, K, V);
+    const float *qt = in.q, *kt = in.k, *vt = in.v, *gt = in.g;
+    const float bt = in.beta;
     // S = diag(exp(g)) S, and kv = S^T k on the decayed state, in one pass.
     std::fill(kv.begin(), kv.end(), 0.0f);
     for (int64_t i = 0; i < K; ++i) {
