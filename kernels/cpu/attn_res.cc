@@ -4,12 +4,11 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/target_clones.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace kimi::cpu {
 namespace {
-
-#define KIMI_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 
 // (v . w, v . v) over H, in double: eight partial sums each (lane l takes i % 8 == l), added
 // pairwise at the end, so the compiler vectorises the loop. A single running sum was a serial

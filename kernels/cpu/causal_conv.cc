@@ -3,28 +3,18 @@
 #include <cstring>
 
 #include "kernels/cpu/activation.h"
+#include "kernels/cpu/target_clones.h"
 
 namespace kimi::cpu {
 namespace {
 
-#define KIMI_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-
-// out[c] = sum_j w[c, j] * r[j][c], taps added in order j = 0 .. W-1. A compile-time W lets the
-// compiler vectorise over channels (the stride-W weight loads become shuffles); the runtime form
-// serves other kernel sizes.
+// out[c] = sum_j w[c, j] * r[j][c], taps added in order j = 0 .. W-1. With W known at compile
+// time the compiler vectorises over channels (the stride-W weight loads become shuffles).
 template <int W>
-inline void Taps(float* out, const float* const* r, const float* w, int64_t C) {
+KIMI_INLINE void Taps(float* out, const float* const (&r)[W], const float* w, int64_t C) {
   for (int64_t c = 0; c < C; ++c) {
     float acc = 0.0f;
 #pragma GCC unroll 8
-    for (int j = 0; j < W; ++j) acc += w[c * W + j] * r[j][c];
-    out[c] = acc;
-  }
-}
-
-inline void TapsAnyWidth(float* out, const float* const* r, const float* w, int W, int64_t C) {
-  for (int64_t c = 0; c < C; ++c) {
-    float acc = 0.0f;
     for (int j = 0; j < W; ++j) acc += w[c * W + j] * r[j][c];
     out[c] = acc;
   }
@@ -39,16 +29,11 @@ KIMI_CLONES void CausalConv1dSilu(float* y, int64_t ldy, const float* x, int64_t
   auto row = [&](int64_t r) -> const float* {
     return r < hist ? state + r * C : x + (r - hist) * ldx;
   };
-  constexpr int kMaxTaps = 16;
   for (int64_t t = 0; t < T; ++t) {
     float* out = y + t * ldy;
-    const float* r[kMaxTaps];
-    const int taps = W < kMaxTaps ? W : kMaxTaps;
-    for (int j = 0; j < taps; ++j) r[j] = row(t + j);
     if (W == 4) {  // every Kimi checkpoint (short_conv_kernel_size)
+      const float* const r[4] = {row(t), row(t + 1), row(t + 2), row(t + 3)};
       Taps<4>(out, r, weight, C);
-    } else if (W <= kMaxTaps) {
-      TapsAnyWidth(out, r, weight, W, C);
     } else {
       for (int64_t c = 0; c < C; ++c) {
         float acc = 0.0f;

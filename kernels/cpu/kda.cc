@@ -6,15 +6,11 @@
 #include <vector>
 
 #include "kernels/cpu/activation.h"
+#include "kernels/cpu/target_clones.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace kimi::cpu {
 namespace {
-
-// The hot loops are compiled once per instruction-set level and chosen at run time; helpers below
-// are inlined into each clone. Results are deterministic for a given machine.
-#define KIMI_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#define KIMI_INLINE inline __attribute__((always_inline))
 
 // Row pointers into token-major [T, H, X] tensors.
 inline const float* At(const float* base, int64_t t, int64_t h, int64_t H, int64_t X) {
@@ -37,6 +33,7 @@ struct TokenRows {
 // 16 floats as one value: a 512-bit register in the x86-64-v4 clone, pairs or quads of narrower
 // ones in the others. Every function taking or returning one is inlined into a clone, so the ABI
 // note GCC gives for the default target does not apply.
+#pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
 typedef float Vec16 __attribute__((vector_size(64)));
 KIMI_INLINE Vec16 LoadVec16(const float* p) {
@@ -91,6 +88,7 @@ KIMI_INLINE void RecurrentHeadFixed(float* o, const float* q, const float* k, co
     for (int c = 0; c < kN; ++c) StoreVec16(ot + 16 * c, out[c]);
   }
 }
+#pragma GCC diagnostic pop
 
 KIMI_CLONES void RecurrentHead(float* o, const float* q, const float* k, const float* v, const float* g,
                    const float* beta, float* S, const KdaDims& d, int64_t h, float scale) {

@@ -194,9 +194,10 @@ KIMI_ALWAYS_INLINE __m512 Reduce16(const __m512 (&v)[16]) {
                        _mm512_shuffle_ps(s3[0], s3[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// y[i * ldy + j] = Reduce(acc[i][j]) for MR <= 4 x rows of 4 sums, through Reduce16.
+// y[i * ldy + j] = Reduce(acc[i][j]) for MR <= 4 x rows of 4 sums, through Reduce16. acc points
+// at the first of the MR rows (a tile's accumulators, or rows further down them).
 template <int MR>
-KIMI_ALWAYS_INLINE void StoreQuadSums(const __m512 (&acc)[MR][4], float* y, int64_t ldy) {
+KIMI_ALWAYS_INLINE void StoreQuadSums(const __m512 (*acc)[4], float* y, int64_t ldy) {
   __m512 v[16];
 #pragma GCC unroll 16
   for (int t = 0; t < 16; ++t) v[t] = t % 4 < MR ? acc[t % 4][t / 4] : acc[0][0];  // v[4t + k]
@@ -213,7 +214,7 @@ KIMI_ALWAYS_INLINE void StoreQuadSums(const __m512 (&acc)[MR][4], float* y, int6
 
 // The same for one or two x rows of 8 sums (a whole group).
 template <int MR>
-KIMI_ALWAYS_INLINE void StoreGroupSums(const __m512 (&acc)[MR][kPackRows], float* y, int64_t ldy) {
+KIMI_ALWAYS_INLINE void StoreGroupSums(const __m512 (*acc)[kPackRows], float* y, int64_t ldy) {
   static_assert(MR == 1 || MR == 2);
   __m512 v[16];  // v[4 (j % 4) + 2 i + j / 4] = acc[i][j]; for one row, lanes 8-15 are unused
 #pragma GCC unroll 16
@@ -556,13 +557,8 @@ inline void TileBf16(const Bf16Raw& l, const uint16_t* xb, int64_t kp, float* y,
   if constexpr (NR == 4 && MR <= 4) {
     StoreQuadSums<MR>(acc, y + n, ldy);
   } else if constexpr (NR == 4 && MR <= 8) {
-    __m512 lo[4][4], hi[MR - 4][4];
-#pragma GCC unroll 16
-    for (int t = 0; t < 16; ++t) lo[t / 4][t % 4] = acc[t / 4][t % 4];
-#pragma GCC unroll 16
-    for (int t = 0; t < (MR - 4) * 4; ++t) hi[t / 4][t % 4] = acc[4 + t / 4][t % 4];
-    StoreQuadSums<4>(lo, y + n, ldy);
-    StoreQuadSums<MR - 4>(hi, y + 4 * ldy + n, ldy);
+    StoreQuadSums<4>(acc, y + n, ldy);
+    StoreQuadSums<MR - 4>(acc + 4, y + 4 * ldy + n, ldy);
   } else {
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
@@ -620,15 +616,8 @@ inline void GroupStripsBf16(const Problem& p, int64_t n0, int64_t n1) {
     for (; i + 3 <= p.m; i += 3) {
       __m512 acc[3][kPackRows];
       GroupDots<3>(g, p.xb + i * p.kp, p.kp, nb, acc);
-      __m512 two[2][kPackRows], one[1][kPackRows];
-#pragma GCC unroll 8
-      for (int j = 0; j < kPackRows; ++j) {
-        two[0][j] = acc[0][j];
-        two[1][j] = acc[1][j];
-        one[0][j] = acc[2][j];
-      }
-      StoreGroupSums<2>(two, p.y + i * p.ldy + n, p.ldy);
-      StoreGroupSums<1>(one, p.y + (i + 2) * p.ldy + n, p.ldy);
+      StoreGroupSums<2>(acc, p.y + i * p.ldy + n, p.ldy);
+      StoreGroupSums<1>(acc + 2, p.y + (i + 2) * p.ldy + n, p.ldy);
     }
     if (p.m - i == 2) {
       __m512 acc[2][kPackRows];
@@ -646,10 +635,10 @@ void RangeBf16(const Problem& p, int64_t n0, int64_t n1) {
   const Weight& w = *p.w;
   // matmul.cc keeps lane-major weights on the fp32 path; kPairs is MXFP4 only.
   assert(!w.packed || w.layout == PackLayout::kBlocks);
+  if (w.packed && p.m <= kMaxStripRows) return GroupStripsBf16(p, n0, n1);
   const Bf16Raw l{static_cast<const uint16_t*>(w.data), w.cols, w.packed};
   const int64_t full = w.cols / 32;
   const int rem = static_cast<int>(w.cols % 32);
-  if (w.packed && p.m <= kMaxStripRows) return GroupStripsBf16(p, n0, n1);
   // As the fp32 path: blocks of x rows held in L2, W in chunks of 16 rows read once per block.
   int64_t mb = (int64_t{128} << 10) / (p.kp * 2);
   mb = mb < 4 ? 4 : mb & ~int64_t{3};

@@ -7,13 +7,11 @@
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/target_clones.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace kimi::cpu {
 namespace {
-
-#define KIMI_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#define KIMI_INLINE inline __attribute__((always_inline))
 
 // Cephes expf over an array (inputs <= 0 here), written to vectorise; see kda.cc.
 KIMI_INLINE float ExpNonPositive(float x) {
