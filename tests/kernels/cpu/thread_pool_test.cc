@@ -1,0 +1,140 @@
+// The thread pool's contract (kernels/cpu/thread_pool.h): every index runs exactly once, ranges
+// follow the grain or chunk, nested calls run inline, the caller's context reaches the workers, and
+// jobs stay correct when workers are late (more threads than cores, so some are descheduled).
+#include "kernels/cpu/thread_pool.h"
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace kimi::cpu {
+namespace {
+
+// Runs `n` items through ParallelFor (chunk == 0) or ParallelForChunks and checks that each index
+// was visited exactly once and that every range respects the split rule.
+void ExpectEachIndexOnce(ThreadPool& pool, int64_t n, int64_t grain, int64_t chunk) {
+  std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+  std::atomic<int> ranges{0};
+  std::atomic<bool> bad_range{false};
+  const auto fn = [&](int64_t begin, int64_t end) {
+    if (begin >= end || begin < 0 || end > n) bad_range = true;
+    if (chunk > 0 && (begin % chunk != 0 || (end - begin != chunk && end != n))) bad_range = true;
+    for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+    ranges.fetch_add(1);
+  };
+  if (chunk > 0) {
+    pool.ParallelForChunks(n, chunk, fn);
+  } else {
+    pool.ParallelFor(n, grain, fn);
+  }
+  ASSERT_FALSE(bad_range) << "n " << n << " grain " << grain << " chunk " << chunk;
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "index " << i << " of " << n;
+  }
+  if (chunk == 0 && n > 0) {
+    EXPECT_LE(ranges.load(), pool.num_threads());
+  }
+}
+
+TEST(ThreadPool, EveryIndexRunsOnceForManyShapes) {
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 2, 3, 7, 64, 1000}) {
+      for (int64_t grain : {1, 3, 100}) ExpectEachIndexOnce(pool, n, grain, 0);
+      for (int64_t chunk : {1, 4, 33}) ExpectEachIndexOnce(pool, n, 0, chunk);
+    }
+  }
+}
+
+TEST(ThreadPool, ActiveThreadsLimitTheRanges) {
+  ThreadPool pool(4);
+  for (int active : {1, 2, 3, 4}) {
+    pool.SetActiveThreads(active);
+    EXPECT_EQ(pool.num_threads(), active);
+    std::atomic<int> ranges{0};
+    pool.ParallelFor(100, 1, [&](int64_t, int64_t) { ranges.fetch_add(1); });
+    EXPECT_EQ(ranges.load(), active);
+  }
+  pool.SetActiveThreads(0);
+  EXPECT_EQ(pool.num_threads(), 4);
+}
+
+TEST(ThreadPool, NestedCallsRunInline) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> hits(12 * 10);
+  pool.ParallelFor(12, 1, [&](int64_t b0, int64_t e0) {
+    for (int64_t i = b0; i < e0; ++i) {
+      pool.ParallelFor(10, 1, [&](int64_t b1, int64_t e1) {
+        EXPECT_EQ(b1, 0);  // inline: one range covering everything
+        EXPECT_EQ(e1, 10);
+        for (int64_t j = b1; j < e1; ++j) hits[static_cast<size_t>(i * 10 + j)].fetch_add(1);
+      });
+    }
+  });
+  for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+}
+
+TEST(ThreadPool, WorkersSeeTheCallersContext) {
+  ThreadPool pool(3);
+  const uint32_t saved = ThreadPool::Context();
+  for (uint32_t context : {7u, 0u, 12345u}) {
+    ThreadPool::SetContext(context);
+    std::atomic<int> wrong{0};
+    pool.ParallelForChunks(64, 1, [&](int64_t, int64_t) {
+      if (ThreadPool::Context() != context) wrong.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::microseconds(20));  // let every worker take parts
+    });
+    EXPECT_EQ(wrong.load(), 0) << "context " << context;
+  }
+  ThreadPool::SetContext(saved);
+}
+
+// Many short jobs back to back on more threads than the machine has cores: workers are often
+// descheduled mid-job and join late, after the caller has moved on. Results must stay exact.
+TEST(ThreadPool, BackToBackJobsWithLateWorkers) {
+  const int threads = 2 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) + 1;
+  ThreadPool pool(threads);
+  std::vector<int64_t> sums(64);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  int jobs = 0;
+  for (; jobs < 20000 && std::chrono::steady_clock::now() < deadline; ++jobs) {
+    const int64_t n = 1 + jobs % 64;
+    std::fill(sums.begin(), sums.end(), 0);
+    const auto fn = [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) sums[static_cast<size_t>(i)] += i + jobs;
+    };
+    if (jobs % 2 == 0) {
+      pool.ParallelFor(n, 1, fn);
+    } else {
+      pool.ParallelForChunks(n, 1 + jobs % 5, fn);
+    }
+    for (int64_t i = 0; i < 64; ++i) {
+      ASSERT_EQ(sums[static_cast<size_t>(i)], i < n ? i + jobs : 0) << "job " << jobs;
+    }
+  }
+  EXPECT_GT(jobs, 100);
+}
+
+// A pool idle past its spin budget puts its workers to sleep; the next job must wake them (or run
+// on the caller) and finish.
+TEST(ThreadPool, JobsAfterIdlePeriodsComplete) {
+  ThreadPool pool(3);
+  for (int round = 0; round < 3; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // > the default 300 us spin
+    ExpectEachIndexOnce(pool, 50, 1, 0);
+    ExpectEachIndexOnce(pool, 50, 0, 2);
+  }
+}
+
+TEST(ThreadPool, PoolsStartAndStopRepeatedly) {
+  for (int i = 0; i < 20; ++i) {
+    ThreadPool pool(1 + i % 4);
+    if (i % 2 == 0) ExpectEachIndexOnce(pool, 10, 1, 0);
+  }
+}
+
+}  // namespace
+}  // namespace kimi::cpu
