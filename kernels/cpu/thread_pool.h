@@ -1,16 +1,17 @@
 // A fixed pool of worker threads for data-parallel kernels.
 //
-// Thread contract: ParallelFor may be called from one thread at a time per pool (the engine thread).
-// A call made from inside a worker runs inline, so kernels can nest without deadlock. Work is split
-// into contiguous ranges by index only, never by timing, so results do not depend on scheduling;
-// which thread runs a range is decided at run time (the caller runs the ranges of a worker the
-// machine has not scheduled yet, so a busy host slows a job down rather than stalling it).
+// Thread contract: ParallelFor may be called from one thread at a time per pool (the engine
+// thread). A call made from inside a worker runs inline, so kernels can nest without deadlock. Work
+// is split into contiguous ranges by index only, never by timing, so results do not depend on
+// scheduling; which thread runs a range is decided at run time (the caller runs the ranges of a
+// worker the machine has not scheduled yet, so a busy host slows a job down rather than stalling
+// it).
 //
-// Dispatch is lock-free: the caller publishes the job and bumps a generation counter; workers spin
-// on it for a short while (KIMI_SPIN_US, default 300 us; yielding the core after 20 us) and then
-// sleep on a futex, so a decode step's hundreds of short jobs cost about a microsecond each to hand
-// out, and an idle pool costs no CPU. The pool defaults to one thread per core, the caller
-// included: it never oversubscribes.
+// Dispatch is lock-free: the caller publishes the job in one cache line under a sequence number;
+// workers spin on it for a short while (KIMI_SPIN_US, default 300 us; yielding the core after 20
+// us) and then sleep on a futex, so a decode step's hundreds of short jobs cost about a microsecond
+// each to hand out, and an idle pool costs no CPU. The pool defaults to one thread per core, the
+// caller included: it never oversubscribes.
 #pragma once
 
 #include <cstdint>
