@@ -200,10 +200,12 @@ void Record(const Weight& w, int64_t m) {
   g_stats->reads.push_back({w.data, w.Bytes()});
 }
 
-// Whether w takes the bf16 dot product: bf16 weights while it is on. Lane-major packed weights are
-// packed so only where the machine has no bf16 dot product (kernels/cpu/pack.h), and keep fp32.
+// Whether w takes the bf16 dot product while it is on: bf16 weights, and MXFP4 ones (as their
+// exact bf16 dequantization). Lane-major packed weights (kLanes, kPairs) are packed so only where
+// the machine has no bf16 dot product (kernels/cpu/pack.h), and keep fp32.
 bool Bf16Path(bool bf16_mode, const Weight& w) {
-  return bf16_mode && w.format == WeightFormat::kBF16 && w.layout != PackLayout::kLanes;
+  if (!bf16_mode || (w.packed && w.layout != PackLayout::kBlocks)) return false;
+  return w.format == WeightFormat::kBF16 || w.format == WeightFormat::kMxfp4;
 }
 
 // Rows of W handed out together: a multiple of every tile height the kernels use.

@@ -41,9 +41,10 @@ void DequantizeRow(float* out, const Weight& w, int64_t r);
 
 // Activation precision (DESIGN.md: fp32 by default; bf16 an opt-in for faster prefill with its
 // own, looser tolerance). While an ActivationScope(kBf16) is alive on a thread, the MatMuls it
-// issues round x to bf16 (nearest even) and, for bf16 weights on a machine with AVX-512 BF16, use
-// the bf16 dot product (vdpbf16ps, fp32 accumulation); other weights and machines keep the fp32
-// path. Results still depend on K alone, never on m or the thread split.
+// issues round x to bf16 (nearest even) and, for bf16 and MXFP4 weights (an MXFP4 weight is exact
+// in bf16) on a machine with AVX-512 BF16, use the bf16 dot product (vdpbf16ps, fp32
+// accumulation); other weights and machines keep the fp32 path. Results still depend on K alone,
+// never on m or the thread split.
 enum class ActivationDtype { kF32, kBf16 };
 class ActivationScope {
  public:

@@ -4,13 +4,14 @@
 // GCC 12 reports its own _mm512_undefined_* helpers as uninitialised (a known false positive).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-
 #include <cassert>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/cpu/matmul_impl.h"
+#include <immintrin.h>
 
 namespace kimi::cpu::matmul_internal {
 namespace {
@@ -27,6 +28,38 @@ struct ScaledE2m1 {
   }
 };
 const ScaledE2m1 kScaledE2m1;
+
+// The same products as bf16 for the bf16-activation path, each entry twice (entries c and c + 16)
+// so that a 32-word vpermw may ignore index bit 4. E2M1 x 2^(s - 127) has at most two significant
+// bits, so its fp32 value is exact in its top half (2^-128 at scale 0, NaN at 255 included): an
+// MXFP4 weight on that path is its bf16 dequantization, bit for bit.
+struct ScaledE2m1Bf16 {
+  alignas(64) uint16_t v[256][32];
+  ScaledE2m1Bf16() {
+    for (int s = 0; s < 256; ++s) {
+      for (int c = 0; c < 32; ++c) {
+        uint32_t bits;
+        std::memcpy(&bits, &kScaledE2m1.v[s][c % 16], 4);
+        assert((bits & 0xffffu) == 0);
+        v[s][c] = static_cast<uint16_t>(bits >> 16);
+      }
+    }
+  }
+};
+const ScaledE2m1Bf16 kScaledE2m1Bf16;
+
+// Per-thread scratch for the bf16 path's decoded MXFP4 groups and partial-group sums; made here,
+// before the target pragma, so no std:: template is compiled for AVX-512.
+uint16_t* Mxfp4GroupScratch(int64_t words) {
+  thread_local std::vector<uint16_t> buffer;
+  if (static_cast<int64_t>(buffer.size()) < words) buffer.resize(words);
+  return buffer.data();
+}
+float* PartialGroupScratch(int64_t floats) {
+  thread_local std::vector<float> buffer;
+  if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(floats);
+  return buffer.data();
+}
 
 }  // namespace
 }  // namespace kimi::cpu::matmul_internal
@@ -52,6 +85,16 @@ KIMI_ALWAYS_INLINE void DecodeMxfp4(const uint8_t* codes, uint8_t s, __m512& e, 
   // vpermps reads only the low 4 bits of each index: the low nibble needs no mask.
   e = _mm512_permutexvar_ps(c, scaled);
   o = _mm512_permutexvar_ps(_mm512_srli_epi32(c, 4), scaled);
+}
+
+// One MXFP4 block as 32 bf16 weights in element order (word i = element i), for vdpbf16ps. Dword j
+// of the widened codes is byte j; or-ing in byte j << 12 leaves word 2j's low five bits (all vpermw
+// reads) as the low nibble plus a bit the doubled table ignores, and makes word 2j + 1 the high
+// nibble.
+KIMI_ALWAYS_INLINE __m512i DecodeMxfp4Bf16(const uint8_t* codes, uint8_t s) {
+  const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+  return _mm512_permutexvar_epi16(_mm512_or_si512(c, _mm512_slli_epi32(c, 12)),
+                                  _mm512_load_si512(kScaledE2m1Bf16.v[s]));
 }
 
 // Loaders: block b of row r as two fp32 vectors, the even and the odd elements of the block.
@@ -321,7 +364,10 @@ struct Bf16Group {
     }
   }
   KIMI_ALWAYS_INLINE void Load(int64_t b, int j, __m512& e, __m512& o) const {
-    SplitBf16(_mm512_loadu_si512(g + (b * kPackRows + j) * 32), e, o);
+    SplitBf16(LoadBf16(b, j), e, o);
+  }
+  KIMI_ALWAYS_INLINE __m512i LoadBf16(int64_t b, int j) const {
+    return _mm512_loadu_si512(g + (b * kPackRows + j) * 32);
   }
 };
 struct Mxfp4Group {
@@ -335,6 +381,9 @@ struct Mxfp4Group {
   }
   KIMI_ALWAYS_INLINE void Load(int64_t b, int j, __m512& e, __m512& o) const {
     DecodeMxfp4(codes + (b * kPackRows + j) * 16, scales[b * kPackRows + j], e, o);
+  }
+  KIMI_ALWAYS_INLINE __m512i LoadBf16(int64_t b, int j) const {
+    return DecodeMxfp4Bf16(codes + (b * kPackRows + j) * 16, scales[b * kPackRows + j]);
   }
 };
 
@@ -517,7 +566,7 @@ void Range(const Problem& p, int64_t n0, int64_t n1) {
   }
 }
 
-// --- bf16 activations (opt-in): vdpbf16ps on bf16 weights, nothing converted in the loop -----
+// --- bf16 activations (opt-in): vdpbf16ps on bf16 weights, and on MXFP4 ones decoded to bf16 ---
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx2,fma,f16c,bmi,bmi2")
 
 struct Bf16Raw {
@@ -595,10 +644,11 @@ inline void StripBf16(const Bf16Raw& l, const Problem& p, int64_t i0, int64_t n0
   for (; n < n1; ++n) TileBf16<MR, 1>(l, xb, p.kp, y, p.ldy, n, full, rem);
 }
 
-// acc[i][j] = x row i against row j of a packed bf16 group over the whole of K, by vdpbf16ps: the
-// group's block is read through one pointer with Bf16Group's prefetch, as the fp32 group kernels.
-template <int MR>
-KIMI_ALWAYS_INLINE void GroupDots(const Bf16Group& g, const uint16_t* xb, int64_t kp, int64_t nb,
+// acc[i][j] = x row i against row j of a packed group over the whole of K, by vdpbf16ps: the
+// group's blocks as bf16 (Bf16Group's loads, or Mxfp4Group's decode) through one pointer, with
+// the group's prefetch, as the fp32 group kernels.
+template <int MR, class G>
+KIMI_ALWAYS_INLINE void GroupDots(const G& g, const uint16_t* xb, int64_t kp, int64_t nb,
                                   __m512 (&acc)[MR][kPackRows]) {
 #pragma GCC unroll 16
   for (int t = 0; t < MR * kPackRows; ++t) (&acc[0][0])[t] = _mm512_setzero_ps();
@@ -609,7 +659,7 @@ KIMI_ALWAYS_INLINE void GroupDots(const Bf16Group& g, const uint16_t* xb, int64_
     g.Prefetch(b);
 #pragma GCC unroll 8
     for (int j = 0; j < kPackRows; ++j) {
-      const __m512i w = _mm512_loadu_si512(g.g + (b * kPackRows + j) * 32);
+      const __m512i w = g.LoadBf16(b, j);
 #pragma GCC unroll 4
       for (int i = 0; i < MR; ++i) {
         acc[i][j] = _mm512_dpbf16_ps(acc[i][j], reinterpret_cast<__m512bh>(x[i]),
@@ -619,39 +669,87 @@ KIMI_ALWAYS_INLINE void GroupDots(const Bf16Group& g, const uint16_t* xb, int64_
   }
 }
 
-// Packed bf16 W rows [n0, n1) against m <= kMaxStripRows bf16 x rows: group after group, strips
-// of three x rows (24 accumulators) against the whole group, so the group streams from memory
-// once and stays in L1 for the other strips. TileBf16 read these shapes without a prefetch and
-// four rows at a time: a batch-8 kimi-linear-small step with bf16 activations was slower than
-// with fp32 ones.
+// Every x row of the problem against one packed group, y[i, 0 .. kPackRows) at y + i * ldy:
+// strips of three x rows (24 accumulators) against the whole group, so the group streams from
+// memory once and stays in L1 for the other strips.
+template <class G>
+inline void GroupRowsBf16(const G& g, const Problem& p, int64_t nb, float* y, int64_t ldy) {
+  int64_t i = 0;
+  for (; i + 3 <= p.m; i += 3) {
+    __m512 acc[3][kPackRows];
+    GroupDots<3>(g, p.xb + i * p.kp, p.kp, nb, acc);
+    StoreGroupSums<2>(acc, y + i * ldy, ldy);
+    StoreGroupSums<1>(acc + 2, y + (i + 2) * ldy, ldy);
+  }
+  if (p.m - i == 2) {
+    __m512 acc[2][kPackRows];
+    GroupDots<2>(g, p.xb + i * p.kp, p.kp, nb, acc);
+    StoreGroupSums<2>(acc, y + i * ldy, ldy);
+  } else if (p.m - i == 1) {
+    __m512 acc[1][kPackRows];
+    GroupDots<1>(g, p.xb + i * p.kp, p.kp, nb, acc);
+    StoreGroupSums<1>(acc, y + i * ldy, ldy);
+  }
+}
+
+// Packed bf16 W rows [n0, n1) against m <= kMaxStripRows bf16 x rows, group after group. TileBf16
+// read these shapes without a prefetch and four rows at a time: a batch-8 kimi-linear-small step
+// with bf16 activations was slower than with fp32 ones.
 inline void GroupStripsBf16(const Problem& p, int64_t n0, int64_t n1) {
   const int64_t nb = p.w->cols / 32;
   const auto* d = static_cast<const uint16_t*>(p.w->data);
   for (int64_t n = n0; n < n1; n += kPackRows) {
-    const Bf16Group g{d + n * nb * 32};
-    int64_t i = 0;
-    for (; i + 3 <= p.m; i += 3) {
-      __m512 acc[3][kPackRows];
-      GroupDots<3>(g, p.xb + i * p.kp, p.kp, nb, acc);
-      StoreGroupSums<2>(acc, p.y + i * p.ldy + n, p.ldy);
-      StoreGroupSums<1>(acc + 2, p.y + (i + 2) * p.ldy + n, p.ldy);
+    GroupRowsBf16(Bf16Group{d + n * nb * 32}, p, nb, p.y + n, p.ldy);
+  }
+}
+
+// MXFP4 W rows [n0, n1) (packed kBlocks or not; K % 32 == 0) on the bf16 path, group after group.
+// Up to kMaxStripRows x rows, every strip of three decodes the codes in its loop: one thread, in
+// cache, 1024 x 1024 at m = 4 / 8 / 16, 40 / 69 / 136 us, where decoding each group once into
+// scratch for all strips took 61 / 85 / 132 (and the fp32 path 44 / 89 / 218). More rows decode
+// the group once into per-thread scratch in Bf16Group's layout, which every strip then reads; so
+// do an unpacked weight's groups, and a last partial one, padded with zero rows whose sums are
+// dropped. The weights are the same bf16 values either way.
+void Mxfp4StripsBf16(const Problem& p, int64_t n0, int64_t n1) {
+  const Weight& w = *p.w;
+  const int64_t nb = w.cols / 32;
+  const auto* d = static_cast<const uint8_t*>(w.data);
+  for (int64_t n = n0; n < n1; n += kPackRows) {
+    const int64_t rows = n1 - n < kPackRows ? n1 - n : kPackRows;
+    if (w.packed && p.m <= kMaxStripRows) {  // packed: n % kPackRows == 0, whole groups
+      GroupRowsBf16(Mxfp4Group{d + n * nb * 16, w.scales + n * nb}, p, nb, p.y + n, p.ldy);
+      continue;
     }
-    if (p.m - i == 2) {
-      __m512 acc[2][kPackRows];
-      GroupDots<2>(g, p.xb + i * p.kp, p.kp, nb, acc);
-      StoreGroupSums<2>(acc, p.y + i * p.ldy + n, p.ldy);
-    } else if (p.m - i == 1) {
-      __m512 acc[1][kPackRows];
-      GroupDots<1>(g, p.xb + i * p.kp, p.kp, nb, acc);
-      StoreGroupSums<1>(acc, p.y + i * p.ldy + n, p.ldy);
+    uint16_t* decoded = Mxfp4GroupScratch(nb * kPackRows * 32);
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int j = 0; j < kPackRows; ++j) {
+        __m512i v = _mm512_setzero_si512();
+        if (j < rows) {
+          const int64_t r = n + j;
+          const int64_t unit = w.packed ? (r / kPackRows) * kPackRows * nb + b * kPackRows + j
+                                        : r * nb + b;  // block (r, b): 16 code bytes, one scale
+          v = DecodeMxfp4Bf16(d + unit * 16, w.scales[unit]);
+        }
+        _mm512_storeu_si512(decoded + (b * kPackRows + j) * 32, v);
+      }
+    }
+    if (rows == kPackRows) {
+      GroupRowsBf16(Bf16Group{decoded}, p, nb, p.y + n, p.ldy);
+    } else {
+      float* sums = PartialGroupScratch(p.m * kPackRows);
+      GroupRowsBf16(Bf16Group{decoded}, p, nb, sums, kPackRows);
+      for (int64_t i = 0; i < p.m; ++i) {
+        for (int64_t j = 0; j < rows; ++j) p.y[i * p.ldy + n + j] = sums[i * kPackRows + j];
+      }
     }
   }
 }
 
 void RangeBf16(const Problem& p, int64_t n0, int64_t n1) {
   const Weight& w = *p.w;
-  // matmul.cc keeps lane-major weights on the fp32 path; kPairs is MXFP4 only.
+  // matmul.cc keeps lane-major weights (kLanes, kPairs) on the fp32 path.
   assert(!w.packed || w.layout == PackLayout::kBlocks);
+  if (w.format == WeightFormat::kMxfp4) return Mxfp4StripsBf16(p, n0, n1);
   if (w.packed && p.m <= kMaxStripRows) return GroupStripsBf16(p, n0, n1);
   const Bf16Raw l{static_cast<const uint16_t*>(w.data), w.cols, w.packed};
   const int64_t full = w.cols / 32;

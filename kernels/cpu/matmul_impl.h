@@ -38,9 +38,10 @@ using RangeFn = void (*)(const Problem& p, int64_t n0, int64_t n1);
 struct Kernels {
   const char* name;
   RangeFn range;
-  // bf16 activations x bf16 weights (p.xb), nullptr when the machine has no bf16 dot product. Its
-  // order: block after block, lane j takes the bf16 pair (2j, 2j + 1) with one vdpbf16ps; then
-  // the same pairwise lane sum. Also a function of K alone.
+  // bf16 activations (p.xb) x bf16 or MXFP4 weights (MXFP4 as its exact bf16 dequantization),
+  // nullptr when the machine has no bf16 dot product. Its order: block after block, lane j takes
+  // the bf16 pair (2j, 2j + 1) with one vdpbf16ps; then the same pairwise lane sum. Also a
+  // function of K alone.
   RangeFn range_bf16 = nullptr;
   // Units of 8 rows (kRowUnit) in the range kernel's widest tile, for one x row and for more:
   // ranges made of whole tiles need no narrower remainder tiles.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <tuple>
 #include <vector>
 
@@ -306,6 +307,101 @@ TEST(MatMul, Bf16ActivationsAreAccurateAndBatchInvariant) {
     std::vector<float> f32(m * n);
     MatMul(f32.data(), x.data(), s.w, m);
     ASSERT_NE(f32, y);
+  }
+}
+
+// MXFP4 weights on the bf16 path (opt-in): every E2M1 x 2^(s - 127) is exact in bf16, so an MXFP4
+// product there must be, bit for bit, the product of a bf16 weight holding the dequantized values
+// (whose accuracy and batch invariance the test above checks) -- packed or not, alone or batched,
+// on one thread or all. Shapes cover one strip of x rows (decoded in the loop), more (decoded once
+// per group), 16+ rows, and an unpacked weight whose last group is partial (33 rows).
+TEST(MatMul, Mxfp4OnBf16PathIsItsBf16Dequantization) {
+  if (!HasBf16DotProduct()) GTEST_SKIP() << "no AVX-512 BF16 on this machine";
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 24, 64},
+                         {2, 8, 32},
+                         {3, 24, 128},
+                         {4, 32, 256},
+                         {8, 40, 256},
+                         {16, 16, 512},
+                         {40, 64, 256},
+                         {5, 33, 96}}) {
+    const Stored mx = MakeWeight(WeightFormat::kMxfp4, n, k, 61);
+    Stored packed = MakeWeight(WeightFormat::kMxfp4, n, k, 61);
+    PackInPlace(&packed.w);
+    ASSERT_EQ(packed.w.packed, n % kPackRows == 0);
+    Stored bf = MakeWeight(WeightFormat::kBF16, n, k, 61);  // overwritten with mx's values
+    std::vector<float> row(k);
+    for (int64_t r = 0; r < n; ++r) {
+      DequantizeRow(row.data(), mx.w, r);
+      for (int64_t c = 0; c < k; ++c) {
+        const uint16_t h = F32ToBf16(row[c]);
+        ASSERT_EQ(Bf16ToF32(h), row[c]) << "not exact in bf16: row " << r << " col " << c;
+        std::memcpy(&bf.data[2 * (r * k + c)], &h, 2);
+      }
+    }
+    const std::vector<float> x = testing::RandomVector(m * k, 62);
+    std::vector<float> want(m * n), got(m * n), got_packed(m * n), alone(n);
+    ActivationScope bf16(ActivationDtype::kBf16);
+    MatMul(want.data(), x.data(), bf.w, m);
+    MatMul(got.data(), x.data(), mx.w, m);
+    MatMul(got_packed.data(), x.data(), packed.w, m);
+    ASSERT_EQ(got, want) << m << "x" << n << "x" << k;
+    ASSERT_EQ(got_packed, want) << m << "x" << n << "x" << k;
+    ThreadPool::Global().SetActiveThreads(1);
+    for (int64_t i = 0; i < m; i += 3) {
+      MatMul(alone.data(), x.data() + i * k, packed.w, 1);
+      for (int64_t j = 0; j < n; ++j) {
+        ASSERT_EQ(alone[j], want[i * n + j]) << m << "x" << n << "x" << k << " row " << i;
+      }
+    }
+    ThreadPool::Global().SetActiveThreads(0);
+  }
+}
+
+// Every code under every scale on the bf16 path (x the identity, as above): the bf16 copy of the
+// dequantized weight gives the same bits, NaN rows and the flushed 2^-128 of scale 0 included.
+TEST(MatMul, Mxfp4OnBf16PathDecodesEveryCodeAndScale) {
+  if (!HasBf16DotProduct()) GTEST_SKIP() << "no AVX-512 BF16 on this machine";
+  constexpr int64_t kRows = 256, kCols = 64;
+  Stored mx;
+  mx.data.resize(kRows * kCols / 2);
+  mx.scales.resize(kRows * kCols / 32);
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t i = 0; i < kCols / 2; ++i) {
+      mx.data[r * kCols / 2 + i] = static_cast<uint8_t>((i % 16) | ((15 - (i + r) % 16) << 4));
+    }
+    for (int64_t b = 0; b < kCols / 32; ++b)
+      mx.scales[r * kCols / 32 + b] = static_cast<uint8_t>(r);
+  }
+  mx.w.data = mx.data.data();
+  mx.w.scales = mx.scales.data();
+  mx.w.format = WeightFormat::kMxfp4;
+  mx.w.rows = kRows;
+  mx.w.cols = kCols;
+  std::vector<uint16_t> bf(kRows * kCols);
+  std::vector<float> row(kCols);
+  for (int64_t r = 0; r < kRows; ++r) {
+    DequantizeRow(row.data(), mx.w, r);
+    for (int64_t c = 0; c < kCols; ++c) bf[r * kCols + c] = F32ToBf16(row[c]);
+  }
+  Weight bw;
+  bw.data = bf.data();
+  bw.format = WeightFormat::kBF16;
+  bw.rows = kRows;
+  bw.cols = kCols;
+  Stored packed = mx;
+  packed.w.data = packed.data.data();
+  packed.w.scales = packed.scales.data();
+  PackInPlace(&packed.w, PackLayout::kBlocks);
+  ActivationScope bf16(ActivationDtype::kBf16);
+  for (int64_t m : {int64_t{1}, int64_t{3}, kCols}) {
+    std::vector<float> x(m * kCols, 0.0f), want(m * kRows), got(m * kRows), got_packed(m * kRows);
+    for (int64_t i = 0; i < m; ++i) x[i * kCols + i] = 1.0f;
+    MatMul(want.data(), x.data(), bw, m);
+    MatMul(got.data(), x.data(), mx.w, m);
+    MatMul(got_packed.data(), x.data(), packed.w, m);
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << "m " << m;
+    ASSERT_EQ(std::memcmp(got_packed.data(), want.data(), want.size() * 4), 0) << "m " << m;
   }
 }
 
