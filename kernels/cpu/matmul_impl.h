@@ -61,6 +61,8 @@ void LaneMajorRangeAvx2(const Problem& p, int64_t n0, int64_t n1);
 
 // xp[kp] = x[k] in the canonical layout.
 void PermuteRow(float* xp, const float* x, int64_t k, int64_t kp);
+// xb[kp] = x[k] rounded to bf16 (F32ToBf16), zero-padded: the bf16 path's activations.
+void RoundRowToBf16(uint16_t* xb, const float* x, int64_t k, int64_t kp);
 
 // 2^(s-127) for every E8M0 byte (255: NaN, 0: 2^-127).
 extern const float* const kE8m0;

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/matmul_impl.h"
 #include "kernels/cpu/pack.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/dtype.h"
@@ -308,6 +310,41 @@ TEST(MatMul, Bf16ActivationsAreAccurateAndBatchInvariant) {
     MatMul(f32.data(), x.data(), s.w, m);
     ASSERT_NE(f32, y);
   }
+}
+
+// The bf16 path's activation rounding (vectorised) is F32ToBf16 on every bit pattern class: ties,
+// subnormals, infinities, NaNs (kept quiet), values rounding up to infinity; then zero padding.
+TEST(MatMul, Bf16ActivationRoundingIsF32ToBf16) {
+  constexpr int64_t k = 4099, kp = 4128;  // an odd tail after the vector loop
+  std::mt19937 rng(5);
+  std::vector<float> x(k);
+  for (int64_t c = 0; c < k; ++c) {
+    uint32_t bits = rng();
+    switch (c % 8) {
+      case 0:
+        bits = (bits & 0xffff0000u) | 0x8000u;
+        break;  // exact tie
+      case 1:
+        bits &= 0x807fffffu;
+        break;  // subnormal or zero
+      case 2:
+        bits = (bits & 0x80000000u) | 0x7f800000u;
+        break;  // infinity
+      case 3:
+        bits |= 0x7f800001u;
+        break;  // NaN (quiet or not)
+      case 4:
+        bits = (bits & 0x80000000u) | 0x7f7fffffu;
+        break;  // rounds up to infinity
+      default:
+        break;
+    }
+    std::memcpy(&x[c], &bits, 4);
+  }
+  std::vector<uint16_t> xb(kp, 0xffff);
+  matmul_internal::RoundRowToBf16(xb.data(), x.data(), k, kp);
+  for (int64_t c = 0; c < k; ++c) ASSERT_EQ(xb[c], F32ToBf16(x[c])) << "element " << c;
+  for (int64_t c = k; c < kp; ++c) ASSERT_EQ(xb[c], 0) << "padding " << c;
 }
 
 // MXFP4 weights on the bf16 path (opt-in): every E2M1 x 2^(s - 127) is exact in bf16, so an MXFP4
