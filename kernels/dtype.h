@@ -38,13 +38,14 @@ inline float Bf16ToF32(uint16_t h) {
   return f;
 }
 
-// Round to nearest even, as PyTorch does; NaN stays NaN.
+// Round to nearest even, as PyTorch does; NaN stays NaN (made quiet). A select rather than an
+// early return for NaN, so that loops over it vectorise.
 inline uint16_t F32ToBf16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
+  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (bits >> 16) | 0x40u;
+  return static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
 float F16ToF32(uint16_t h);

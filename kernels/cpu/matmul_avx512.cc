@@ -48,14 +48,10 @@ struct ScaledE2m1Bf16 {
 };
 const ScaledE2m1Bf16 kScaledE2m1Bf16;
 
-// Per-thread scratch for the bf16 path's decoded MXFP4 groups and partial-group sums; made here,
-// before the target pragma, so no std:: template is compiled for AVX-512.
-uint16_t* Mxfp4GroupScratch(int64_t words) {
-  thread_local std::vector<uint16_t> buffer;
-  if (static_cast<int64_t>(buffer.size()) < words) buffer.resize(words);
-  return buffer.data();
-}
-float* PartialGroupScratch(int64_t floats) {
+// Per-thread scratch of at least `floats` floats (the bf16 path's decoded MXFP4 groups and
+// partial-group sums); made here, before the target pragma, so no std:: template is compiled for
+// AVX-512.
+float* ThreadScratch(int64_t floats) {
   thread_local std::vector<float> buffer;
   if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(floats);
   return buffer.data();
@@ -714,13 +710,19 @@ void Mxfp4StripsBf16(const Problem& p, int64_t n0, int64_t n1) {
   const Weight& w = *p.w;
   const int64_t nb = w.cols / 32;
   const auto* d = static_cast<const uint8_t*>(w.data);
+  if (w.packed && p.m <= kMaxStripRows) {  // packed: n0 % kPackRows == 0, whole groups
+    for (int64_t n = n0; n < n1; n += kPackRows) {
+      GroupRowsBf16(Mxfp4Group{d + n * nb * 16, w.scales + n * nb}, p, nb, p.y + n, p.ldy);
+    }
+    return;
+  }
+  // The decoded group (nb blocks of kPackRows x 32 bf16), then a partial group's sums.
+  const int64_t group_floats = nb * kPackRows * 16;
+  float* scratch = ThreadScratch(group_floats + p.m * kPackRows);
+  uint16_t* decoded = reinterpret_cast<uint16_t*>(scratch);  // written and read by intrinsics only
+  float* sums = scratch + group_floats;
   for (int64_t n = n0; n < n1; n += kPackRows) {
     const int64_t rows = n1 - n < kPackRows ? n1 - n : kPackRows;
-    if (w.packed && p.m <= kMaxStripRows) {  // packed: n % kPackRows == 0, whole groups
-      GroupRowsBf16(Mxfp4Group{d + n * nb * 16, w.scales + n * nb}, p, nb, p.y + n, p.ldy);
-      continue;
-    }
-    uint16_t* decoded = Mxfp4GroupScratch(nb * kPackRows * 32);
     for (int64_t b = 0; b < nb; ++b) {
       for (int j = 0; j < kPackRows; ++j) {
         __m512i v = _mm512_setzero_si512();
@@ -736,7 +738,6 @@ void Mxfp4StripsBf16(const Problem& p, int64_t n0, int64_t n1) {
     if (rows == kPackRows) {
       GroupRowsBf16(Bf16Group{decoded}, p, nb, p.y + n, p.ldy);
     } else {
-      float* sums = PartialGroupScratch(p.m * kPackRows);
       GroupRowsBf16(Bf16Group{decoded}, p, nb, sums, kPackRows);
       for (int64_t i = 0; i < p.m; ++i) {
         for (int64_t j = 0; j < rows; ++j) p.y[i * p.ldy + n + j] = sums[i * kPackRows + j];

@@ -73,6 +73,48 @@ Stored MakeWeight(WeightFormat f, int64_t n, int64_t k, uint32_t seed) {
   return s;
 }
 
+// Every E2M1 code under every E8M0 scale: 256 rows of 64 columns, row r with scale byte r and two
+// blocks of every code pair.
+Stored EveryCodeEveryScale() {
+  constexpr int64_t kRows = 256, kCols = 64;
+  Stored s;
+  s.data.resize(kRows * kCols / 2);
+  s.scales.resize(kRows * kCols / 32);
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t i = 0; i < kCols / 2; ++i) {
+      s.data[r * kCols / 2 + i] = static_cast<uint8_t>((i % 16) | ((15 - (i + r) % 16) << 4));
+    }
+    for (int64_t b = 0; b < kCols / 32; ++b) s.scales[r * kCols / 32 + b] = static_cast<uint8_t>(r);
+  }
+  s.w.data = s.data.data();
+  s.w.scales = s.scales.data();
+  s.w.format = WeightFormat::kMxfp4;
+  s.w.rows = kRows;
+  s.w.cols = kCols;
+  return s;
+}
+
+// w's values (DequantizeRow) rounded to a bf16 weight; `dense` holds the fp32 values rounded from.
+Stored Bf16Copy(const Weight& w) {
+  Stored s;
+  s.data.resize(w.rows * w.cols * 2);
+  s.dense.resize(w.rows * w.cols);
+  std::vector<float> row(w.cols);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    DequantizeRow(row.data(), w, r);
+    for (int64_t c = 0; c < w.cols; ++c) {
+      const uint16_t h = F32ToBf16(row[c]);
+      std::memcpy(&s.data[2 * (r * w.cols + c)], &h, 2);
+      s.dense[r * w.cols + c] = row[c];
+    }
+  }
+  s.w.data = s.data.data();
+  s.w.format = WeightFormat::kBF16;
+  s.w.rows = w.rows;
+  s.w.cols = w.cols;
+  return s;
+}
+
 class MatMulTest : public ::testing::TestWithParam<WeightFormat> {};
 
 TEST_P(MatMulTest, MatchesDoubleReference) {
@@ -366,15 +408,12 @@ TEST(MatMul, Mxfp4OnBf16PathIsItsBf16Dequantization) {
     Stored packed = MakeWeight(WeightFormat::kMxfp4, n, k, 61);
     PackInPlace(&packed.w);
     ASSERT_EQ(packed.w.packed, n % kPackRows == 0);
-    Stored bf = MakeWeight(WeightFormat::kBF16, n, k, 61);  // overwritten with mx's values
-    std::vector<float> row(k);
-    for (int64_t r = 0; r < n; ++r) {
-      DequantizeRow(row.data(), mx.w, r);
-      for (int64_t c = 0; c < k; ++c) {
-        const uint16_t h = F32ToBf16(row[c]);
-        ASSERT_EQ(Bf16ToF32(h), row[c]) << "not exact in bf16: row " << r << " col " << c;
-        std::memcpy(&bf.data[2 * (r * k + c)], &h, 2);
-      }
+    const Stored bf = Bf16Copy(mx.w);
+    for (int64_t i = 0; i < n * k; ++i) {
+      uint16_t h;
+      std::memcpy(&h, &bf.data[2 * i], 2);
+      ASSERT_EQ(Bf16ToF32(h), bf.dense[i])
+          << "not exact in bf16: row " << i / k << " col " << i % k;
     }
     const std::vector<float> x = testing::RandomVector(m * k, 62);
     std::vector<float> want(m * n), got(m * n), got_packed(m * n), alone(n);
@@ -399,33 +438,9 @@ TEST(MatMul, Mxfp4OnBf16PathIsItsBf16Dequantization) {
 // dequantized weight gives the same bits, NaN rows and the flushed 2^-128 of scale 0 included.
 TEST(MatMul, Mxfp4OnBf16PathDecodesEveryCodeAndScale) {
   if (!HasBf16DotProduct()) GTEST_SKIP() << "no AVX-512 BF16 on this machine";
-  constexpr int64_t kRows = 256, kCols = 64;
-  Stored mx;
-  mx.data.resize(kRows * kCols / 2);
-  mx.scales.resize(kRows * kCols / 32);
-  for (int64_t r = 0; r < kRows; ++r) {
-    for (int64_t i = 0; i < kCols / 2; ++i) {
-      mx.data[r * kCols / 2 + i] = static_cast<uint8_t>((i % 16) | ((15 - (i + r) % 16) << 4));
-    }
-    for (int64_t b = 0; b < kCols / 32; ++b)
-      mx.scales[r * kCols / 32 + b] = static_cast<uint8_t>(r);
-  }
-  mx.w.data = mx.data.data();
-  mx.w.scales = mx.scales.data();
-  mx.w.format = WeightFormat::kMxfp4;
-  mx.w.rows = kRows;
-  mx.w.cols = kCols;
-  std::vector<uint16_t> bf(kRows * kCols);
-  std::vector<float> row(kCols);
-  for (int64_t r = 0; r < kRows; ++r) {
-    DequantizeRow(row.data(), mx.w, r);
-    for (int64_t c = 0; c < kCols; ++c) bf[r * kCols + c] = F32ToBf16(row[c]);
-  }
-  Weight bw;
-  bw.data = bf.data();
-  bw.format = WeightFormat::kBF16;
-  bw.rows = kRows;
-  bw.cols = kCols;
+  const Stored mx = EveryCodeEveryScale();
+  const int64_t kRows = mx.w.rows, kCols = mx.w.cols;
+  const Stored bf = Bf16Copy(mx.w);
   Stored packed = mx;
   packed.w.data = packed.data.data();
   packed.w.scales = packed.scales.data();
@@ -434,7 +449,7 @@ TEST(MatMul, Mxfp4OnBf16PathDecodesEveryCodeAndScale) {
   for (int64_t m : {int64_t{1}, int64_t{3}, kCols}) {
     std::vector<float> x(m * kCols, 0.0f), want(m * kRows), got(m * kRows), got_packed(m * kRows);
     for (int64_t i = 0; i < m; ++i) x[i * kCols + i] = 1.0f;
-    MatMul(want.data(), x.data(), bw, m);
+    MatMul(want.data(), x.data(), bf.w, m);
     MatMul(got.data(), x.data(), mx.w, m);
     MatMul(got_packed.data(), x.data(), packed.w, m);
     ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << "m " << m;
@@ -465,16 +480,10 @@ TEST(MatMul, StridedOutputAndInput) {
 // panel), unpacked and in every packed layout. x is the identity, so y[c, r] is weight (r, c)
 // itself; a zero's sign is not compared (an FMA chain from +0 cannot keep it).
 TEST(MatMul, Mxfp4DecodesEveryCodeAndScaleExactly) {
-  constexpr int64_t kRows = 256, kCols = 64;  // row r: scale byte r; 2 blocks of every code pair
-  std::vector<uint8_t> codes(kRows * kCols / 2), scales(kRows * kCols / 32);
-  for (int64_t r = 0; r < kRows; ++r) {
-    for (int64_t i = 0; i < kCols / 2; ++i) {
-      codes[r * kCols / 2 + i] = static_cast<uint8_t>((i % 16) | ((15 - (i + r) % 16) << 4));
-    }
-    for (int64_t b = 0; b < kCols / 32; ++b) scales[r * kCols / 32 + b] = static_cast<uint8_t>(r);
-  }
+  const Stored all = EveryCodeEveryScale();  // row r: scale byte r
+  const int64_t kRows = all.w.rows, kCols = all.w.cols;
   const auto expected = [&](int64_t r, int64_t c) {
-    const uint8_t byte = codes[r * kCols / 2 + c / 2];
+    const uint8_t byte = all.data[r * kCols / 2 + c / 2];
     const int code = c % 2 == 0 ? byte & 0xf : byte >> 4;
     // Scale 255 is NaN; from 253 up, +-6 * 2^(scale - 127) overflows to infinity, and the zeros of
     // x times it make every output of the row NaN.
@@ -483,13 +492,10 @@ TEST(MatMul, Mxfp4DecodesEveryCodeAndScaleExactly) {
   const Isa saved = MatMulIsa();
   for (int layout = 0; layout < 4; ++layout) {  // not packed, kBlocks, kLanes, kPairs
     const bool packed = layout > 0;
-    std::vector<uint8_t> c = codes, sc = scales;
-    Weight w;
-    w.data = c.data();
-    w.scales = sc.data();
-    w.format = WeightFormat::kMxfp4;
-    w.rows = kRows;
-    w.cols = kCols;
+    Stored copy = all;
+    Weight& w = copy.w;
+    w.data = copy.data.data();
+    w.scales = copy.scales.data();
     if (packed) PackInPlace(&w, static_cast<PackLayout>(layout - 1));
     ASSERT_EQ(w.packed, packed);
     for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kScalar}) {
