@@ -351,7 +351,16 @@ inline void Tile(const L& l, const float* xp, int64_t kp, float* y, int64_t ldy,
 constexpr int64_t kOneRowAhead = 8192;
 struct Bf16Group {
   static constexpr int kStripRows = 2;  // x rows per strip: decoding a block is two instructions
-  const uint16_t* g;                    // the group's block 0
+  static constexpr int kGroupsAtOnce = 3;  // GroupsOneRow at one x row (24 accumulators)
+  static constexpr int64_t kBlockBytes = kPackRows * 64;
+  static constexpr int64_t kAheadBytes = kOneRowAhead;  // Prefetch's distance
+  const uint16_t* g;                                    // the group's block 0
+  KIMI_ALWAYS_INLINE void PrefetchBlock(int64_t b) const {
+#pragma GCC unroll 8
+    for (int j = 0; j < kPackRows; ++j) {
+      _mm_prefetch(reinterpret_cast<const char*>(g + (b * kPackRows + j) * 32), _MM_HINT_T0);
+    }
+  }
   KIMI_ALWAYS_INLINE void Prefetch(int64_t b) const {
 #pragma GCC unroll 8
     for (int j = 0; j < kPackRows; ++j) {
@@ -370,6 +379,9 @@ struct Mxfp4Group {
   static constexpr int kStripRows = 4;  // x rows per strip: each code decoded once for four rows
   const uint8_t* codes;                 // the group's block 0
   const uint8_t* scales;  // the group's block 0
+  // One group at a time: GroupsOneRow was slower with the decode (one cold thread, K = 1024-7168,
+  // paired passes: three groups 0.5-0.7x, two 0.72-0.86x).
+  static constexpr int kGroupsAtOnce = 1;
   KIMI_ALWAYS_INLINE void Prefetch(int64_t b) const {
     const char* c = reinterpret_cast<const char*>(codes + b * 16 * kPackRows) + kOneRowAhead / 2;
     _mm_prefetch(c, _MM_HINT_T0);
@@ -383,21 +395,25 @@ struct Mxfp4Group {
   }
 };
 
-// acc[i][j] = x row i against group row j0 + j over the whole of K, i < MR, j < NR: each weight
+// acc[i][j] += x row i against group row j0 + j over blocks [b0, b1), i < MR, j < NR: each weight
 // decoded once for all MR rows.
-template <int MR, int NR, class G>
-KIMI_ALWAYS_INLINE void GroupSums(const G& g, const float* xp, int64_t kp, int64_t nb, int j0,
-                                  __m512 (&acc)[MR][NR]) {
-#pragma GCC unroll 16
-  for (int t = 0; t < MR * NR; ++t) (&acc[0][0])[t] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
+// Each block prefetches G::kAheadBytes ahead in g, or with kLater block b + shift of `later`.
+template <int MR, int NR, bool kLater = false, class G>
+KIMI_ALWAYS_INLINE void GroupBlocks(const G& g, const float* xp, int64_t kp, int64_t b0, int64_t b1,
+                                    int j0, __m512 (&acc)[MR][NR], const G* later = nullptr,
+                                    int64_t shift = 0) {
+  for (int64_t b = b0; b < b1; ++b) {
     __m512 xe[MR], xo[MR];
 #pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) {
       xe[i] = _mm512_loadu_ps(xp + i * kp + b * 32);
       xo[i] = _mm512_loadu_ps(xp + i * kp + b * 32 + 16);
     }
-    g.Prefetch(b);
+    if constexpr (kLater) {
+      later->PrefetchBlock(b + shift);
+    } else {
+      g.Prefetch(b);
+    }
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
       __m512 we, wo;
@@ -411,8 +427,47 @@ KIMI_ALWAYS_INLINE void GroupSums(const G& g, const float* xp, int64_t kp, int64
   }
 }
 
+// The same over the whole of K, from zero.
+template <int MR, int NR, class G>
+KIMI_ALWAYS_INLINE void GroupSums(const G& g, const float* xp, int64_t kp, int64_t nb, int j0,
+                                  __m512 (&acc)[MR][NR]) {
+#pragma GCC unroll 16
+  for (int t = 0; t < MR * NR; ++t) (&acc[0][0])[t] = _mm512_setzero_ps();
+  GroupBlocks<MR, NR>(g, xp, kp, 0, nb, j0, acc);
+}
+
+// One x row against G::kGroupsAtOnce groups together: K in chunks of kChunkBlocks blocks, each
+// chunk taken group after group, so that a chunk of x serves all the groups while it is in L1. Each
+// sum still runs over the blocks in order (GroupSums' order): the results are the same bits. Group
+// after group, one cold thread on Zen 5 read bf16 weights at 0.69-0.74 of the streaming read at
+// K = 2048-7168, three groups in chunks at 0.80-0.87 (paired passes through MatMul: 1.08-1.19x on 1
+// thread, 1.10-1.16x on 2). x's reuse is what changes: in a standalone copy of the loop, one group
+// at a time against a 1 KiB x that it cycled through ran as fast as the chunks.
+constexpr int64_t kChunkBlocks = 4;
+template <class G>
+KIMI_ALWAYS_INLINE void GroupsOneRow(const G* g, const float* xp, int64_t nb, float* y) {
+  constexpr int NG = G::kGroupsAtOnce;
+  __m512 acc[NG][1][kPackRows];
+#pragma GCC unroll 24
+  for (int t = 0; t < NG * kPackRows; ++t) (&acc[0][0][0])[t] = _mm512_setzero_ps();
+  for (int64_t b0 = 0; b0 < nb; b0 += kChunkBlocks) {
+    const int64_t b1 = b0 + kChunkBlocks < nb ? b0 + kChunkBlocks : nb;
+    // The prefetch runs G::kAheadBytes ahead in the order the weights are read: `ahead`
+    // group-chunks on, whichever group that is.
+    constexpr int64_t ahead = G::kAheadBytes / (kChunkBlocks * G::kBlockBytes);
+#pragma GCC unroll 3
+    for (int t = 0; t < NG; ++t) {
+      GroupBlocks<1, kPackRows, true>(g[t], xp, 0, b0, b1, 0, acc[t], &g[(t + ahead) % NG],
+                                      (t + ahead) / NG * kChunkBlocks);
+    }
+  }
+#pragma GCC unroll 3
+  for (int t = 0; t < NG; ++t) StoreGroupSums<1>(acc[t], y + t * kPackRows, 0);
+}
+
 // Packed bf16 or MXFP4 (kBlocks) W rows [n0, n1) against m <= kMaxStripRows x rows: group after
-// group, one or two x rows against the whole group, or (MXFP4, m >= 3) strips of four x rows
+// group (bf16 at one x row and K >= 2048: three groups together, GroupsOneRow), one or two x rows
+// against the whole group, or (MXFP4, m >= 3) strips of four x rows
 // against half a group, so that a code is decoded once per four rows. bf16 weights take strips of
 // two rows: the split costs two instructions per weight vector, and one thread, in-cache and
 // streamed shapes at m = 4-16 (K = 512-4096), ran 1.07-1.26x Tile<4, 4> (a one-pointer 4 x 4 form
@@ -421,10 +476,24 @@ KIMI_ALWAYS_INLINE void GroupSums(const G& g, const float* xp, int64_t kp, int64
 // 102-119 ms. Two rows (experts hit by two tokens) against Tile<2, 8>: batch-8 k3-mini 18.1-18.3
 // against 18.6-18.9 ms.
 constexpr int64_t kMaxStripRows = 16;  // above it, Tile<4, 4> with x blocked for L2
+// GroupsOneRow from K = 2048 (64 blocks) on: at K = 1024 it was 0.95-1.13x one group at a time
+// (paired passes, 1 and 2 threads), at 2304-7168 1.08-1.19x.
+constexpr int64_t kGroupsOneRowMinBlocks = 64;
 template <class G, class MakeGroup>
 inline void GroupStrips(const MakeGroup& make, const Problem& p, int64_t n0, int64_t n1) {
   const int64_t nb = p.w->cols / 32;
-  for (int64_t n = n0; n < n1; n += kPackRows) {
+  int64_t n = n0;
+  constexpr int NG = G::kGroupsAtOnce;
+  if constexpr (NG > 1) {
+    if (p.m == 1 && nb >= kGroupsOneRowMinBlocks) {
+      for (; n + NG * kPackRows <= n1; n += NG * kPackRows) {
+        G g[NG];
+        for (int t = 0; t < NG; ++t) g[t] = make(n + t * kPackRows);
+        GroupsOneRow(g, p.xp, nb, p.y + n);
+      }
+    }
+  }
+  for (; n < n1; n += kPackRows) {
     const G g = make(n);
     int64_t i = 0;
     if constexpr (G::kStripRows == 4) {

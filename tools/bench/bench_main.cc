@@ -57,8 +57,10 @@ int main(int argc, char** argv) {
       for (int n : {8, 32, 64}) std::printf("decode.b%d.%s\n", n, m.c_str());
       for (int n : {8, 32, 64}) std::printf("decode.b%d.%s.bf16\n", n, m.c_str());
     }
-    std::printf("prefill.gemm\nprefill.gemm.bf16\nkda.prefill.per_token_16k_over_1k\nstate.128k.hybrid_over_mla\n"
-                "scheduler.overhead.b64\nmatvec.mxfp4\n");
+    std::printf(
+        "prefill.gemm\nprefill.gemm.bf16\nkda.prefill.per_token_16k_over_1k\nstate.128k.hybrid_"
+        "over_mla\n"
+        "scheduler.overhead.b64\nmatvec.mxfp4\nmatvec.bf16\n");
     return 0;
   }
   ctx.Log(absl::StrCat("threads ", kimi::cpu::ThreadPool::Global().num_threads(), ", isa ",

@@ -3,6 +3,11 @@
 // machine packs MXFP4 in (kernels/cpu/pack.h); baseline = streaming read of the same bytes, same
 // rounds; ratio = value / baseline. The detail gives the block layout's rate from the same rounds
 // (the layout AVX-512 machines use), so a layout change is measured against the old one.
+//
+// matvec.bf16: one token through packed bf16 weights as wide as a published K3's hidden size
+// (7168): kBf16Count matrices of kBf16Rows x 7168 read in turn, one MatMul each, as a decode step
+// reads its projections, from memory (they total several times any L3 here). value = bytes / median
+// pass time; baseline = streaming read of the same bytes, same rounds.
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -20,6 +25,18 @@ namespace kimi::bench {
 namespace {
 
 constexpr int64_t kRows = 32768, kCols = 2048;  // 34 MB of codes: beyond the L3 of the hosts here
+constexpr int64_t kBf16Rows = 2048, kBf16Cols = 7168, kBf16Count = 8;  // 8 x 29 MB
+
+uint8_t* AllocHuge(int64_t bytes) {
+  constexpr int64_t kHuge = int64_t{2} << 20;
+  const int64_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+  auto* p = static_cast<uint8_t*>(std::aligned_alloc(kHuge, rounded));
+  madvise(p, rounded, MADV_HUGEPAGE);
+  return p;
+}
+struct Free {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
 
 const char* LayoutName(PackLayout l) {
   switch (l) {
@@ -36,22 +53,12 @@ const char* LayoutName(PackLayout l) {
 // A [kRows, kCols] MXFP4 weight in 2 MiB-aligned, huge-page-advised memory (as the model loader
 // places weights), with pseudo-random codes and scales near 1, packed in `layout`.
 struct Mxfp4Matrix {
-  struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
   std::unique_ptr<uint8_t, Free> codes, scales;
   Weight w;
 
-  static uint8_t* Alloc(int64_t bytes) {
-    constexpr int64_t kHuge = int64_t{2} << 20;
-    const int64_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
-    auto* p = static_cast<uint8_t*>(std::aligned_alloc(kHuge, rounded));
-    madvise(p, rounded, MADV_HUGEPAGE);
-    return p;
-  }
   explicit Mxfp4Matrix(PackLayout layout) {
-    codes.reset(Alloc(kRows * kCols / 2));
-    scales.reset(Alloc(kRows * kCols / 32));
+    codes.reset(AllocHuge(kRows * kCols / 2));
+    scales.reset(AllocHuge(kRows * kCols / 32));
     uint32_t s = 12345;
     for (int64_t i = 0; i < kRows * kCols / 2; ++i) {
       s = s * 1664525u + 1013904223u;
@@ -71,9 +78,77 @@ struct Mxfp4Matrix {
   }
 };
 
+// A packed [kBf16Rows, kBf16Cols] bf16 weight with values near 1, in huge-page-advised memory.
+struct Bf16Matrix {
+  std::unique_ptr<uint8_t, Free> data;
+  Weight w;
+
+  explicit Bf16Matrix(uint32_t seed) {
+    data.reset(AllocHuge(kBf16Rows * kBf16Cols * 2));
+    auto* v = reinterpret_cast<uint16_t*>(data.get());
+    for (int64_t i = 0; i < kBf16Rows * kBf16Cols; ++i) {
+      seed = seed * 1664525u + 1013904223u;
+      v[i] = static_cast<uint16_t>(0x3f00 + (seed >> 25));
+    }
+    w.data = data.get();
+    w.format = WeightFormat::kBF16;
+    w.rows = kBf16Rows;
+    w.cols = kBf16Cols;
+    cpu::PackInPlace(&w);
+  }
+};
+
+void RunMatvecBf16(const Context& ctx) {
+  if (!ctx.Wants("matvec.bf16") || ctx.profile_steps > 0) return;
+  std::vector<std::unique_ptr<Bf16Matrix>> ms;
+  std::vector<std::span<const uint8_t>> regions;
+  for (int i = 0; i < kBf16Count; ++i) {
+    ms.push_back(std::make_unique<Bf16Matrix>(1000 + i));
+    regions.push_back({ms.back()->data.get(), static_cast<size_t>(ms.back()->w.Bytes())});
+  }
+  const int threads = cpu::ThreadPool::Global().num_threads();
+  std::vector<float> x(kBf16Cols), y(kBf16Rows);
+  for (int64_t i = 0; i < kBf16Cols; ++i) x[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
+  const double bytes = static_cast<double>(kBf16Count) * ms[0]->w.Bytes();
+  const auto rate = [&] {
+    std::vector<double> t;
+    for (int i = 0; i < 5; ++i) {
+      const double t0 = Now();
+      for (const auto& m : ms) cpu::MatMul(y.data(), x.data(), m->w, 1);
+      t.push_back(Now() - t0);
+    }
+    return bytes / Median(t) / 1e9;
+  };
+  rate();  // first touch
+  std::vector<double> bw, gbps, ratios;
+  for (int r = 0; r < ctx.repeats; ++r) {
+    WaitForIdle(ctx.idle_wait_s);
+    bw.push_back(StreamReadGBps(regions, threads));
+    gbps.push_back(rate());
+    ratios.push_back(gbps.back() / bw.back());
+  }
+  Figure f;
+  f.name = "matvec.bf16";
+  f.value = Median(gbps);
+  f.unit = "GB/s";
+  f.baseline = Median(bw);
+  f.ratio = Median(ratios);
+  f.note = absl::StrFormat(
+      "packed bf16 bytes / time, m = 1, %d matrices of %lld x %lld read in turn, %d thread(s); "
+      "baseline: streaming read",
+      static_cast<int>(kBf16Count), static_cast<long long>(kBf16Rows),
+      static_cast<long long>(kBf16Cols), threads);
+  f.detail["threads"] = threads;
+  f.detail["per_round_ratio"] = ratios;
+  f.detail["per_round_bw_GBps"] = bw;
+  f.detail["isa"] = cpu::IsaName(cpu::MatMulIsa());
+  ctx.Emit(f);
+}
+
 }  // namespace
 
 void RunMatvec(const Context& ctx) {
+  RunMatvecBf16(ctx);
   if (!ctx.Wants("matvec.mxfp4") || ctx.profile_steps > 0) return;
   const PackLayout preferred = cpu::PreferredPackLayout(WeightFormat::kMxfp4);
   const Mxfp4Matrix ours(preferred), blocks(PackLayout::kBlocks);

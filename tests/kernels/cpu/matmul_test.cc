@@ -237,6 +237,12 @@ TEST_P(MatMulTest, PackedEqualsUnpackedBitwise) {
       {1, 64, 256}, {3, 24, 1024}, {37, 40, 96}, {70, 16, 64}, {70, 48, 1024}};
   for (int64_t m = 1; m <= 13; ++m) shapes.push_back({m, 136, 64});
   for (int64_t groups = 1; groups <= 9; ++groups) shapes.push_back({2, groups * kPackRows, 32});
+  // One row at K >= 2048, where bf16 takes three groups at a time in chunks of K: whole chunks and
+  // a last partial one; enough groups that the threads' ranges hold three or more, and counts that
+  // leave none, one or two over.
+  for (int64_t groups : {1, 2, 61, 64}) {
+    shapes.push_back({1, groups * kPackRows, 2048 + 32 * (groups % 2)});
+  }
   for (const PackLayout layout : {PackLayout::kBlocks, PackLayout::kLanes, PackLayout::kPairs}) {
     for (auto [m, n, k] : shapes) {
       const Stored s = MakeWeight(GetParam(), n, k, 41);
