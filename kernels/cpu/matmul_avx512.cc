@@ -712,16 +712,20 @@ inline void StripBf16(const Bf16Raw& l, const Problem& p, int64_t i0, int64_t n0
 // acc[i][j] = x row i against row j of a packed group over the whole of K, by vdpbf16ps: the
 // group's blocks as bf16 (Bf16Group's loads, or Mxfp4Group's decode) through one pointer, with
 // the group's prefetch, as the fp32 group kernels.
-template <int MR, class G>
-KIMI_ALWAYS_INLINE void GroupDots(const G& g, const uint16_t* xb, int64_t kp, int64_t nb,
-                                  __m512 (&acc)[MR][kPackRows]) {
-#pragma GCC unroll 16
-  for (int t = 0; t < MR * kPackRows; ++t) (&acc[0][0])[t] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
+// GroupDotsBlocks adds blocks [b0, b1) to acc, prefetching as GroupBlocks does.
+template <int MR, bool kLater = false, class G>
+KIMI_ALWAYS_INLINE void GroupDotsBlocks(const G& g, const uint16_t* xb, int64_t kp, int64_t b0,
+                                        int64_t b1, __m512 (&acc)[MR][kPackRows],
+                                        const G* later = nullptr, int64_t shift = 0) {
+  for (int64_t b = b0; b < b1; ++b) {
     __m512i x[MR];
 #pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) x[i] = _mm512_loadu_si512(xb + i * kp + b * 32);
-    g.Prefetch(b);
+    if constexpr (kLater) {
+      later->PrefetchBlock(b + shift);
+    } else {
+      g.Prefetch(b);
+    }
 #pragma GCC unroll 8
     for (int j = 0; j < kPackRows; ++j) {
       const __m512i w = g.LoadBf16(b, j);
@@ -732,6 +736,34 @@ KIMI_ALWAYS_INLINE void GroupDots(const G& g, const uint16_t* xb, int64_t kp, in
       }
     }
   }
+}
+template <int MR, class G>
+KIMI_ALWAYS_INLINE void GroupDots(const G& g, const uint16_t* xb, int64_t kp, int64_t nb,
+                                  __m512 (&acc)[MR][kPackRows]) {
+#pragma GCC unroll 16
+  for (int t = 0; t < MR * kPackRows; ++t) (&acc[0][0])[t] = _mm512_setzero_ps();
+  GroupDotsBlocks<MR>(g, xb, kp, 0, nb, acc);
+}
+
+// GroupsOneRow for bf16 x (paired passes, one cold thread, K = 2304-7168: 1.02-1.24x one group at a
+// time; 2 threads 1.12-1.18x; K = 1024 level). Not for MXFP4 (its decode: 0.75-0.98x).
+template <class G>
+KIMI_ALWAYS_INLINE void GroupsOneRowBf16(const G* g, const uint16_t* xb, int64_t nb, float* y) {
+  constexpr int NG = G::kGroupsAtOnce;
+  __m512 acc[NG][1][kPackRows];
+#pragma GCC unroll 24
+  for (int t = 0; t < NG * kPackRows; ++t) (&acc[0][0][0])[t] = _mm512_setzero_ps();
+  for (int64_t b0 = 0; b0 < nb; b0 += kChunkBlocks) {
+    const int64_t b1 = b0 + kChunkBlocks < nb ? b0 + kChunkBlocks : nb;
+    constexpr int64_t ahead = G::kAheadBytes / (kChunkBlocks * G::kBlockBytes);
+#pragma GCC unroll 3
+    for (int t = 0; t < NG; ++t) {
+      GroupDotsBlocks<1, true>(g[t], xb, 0, b0, b1, acc[t], &g[(t + ahead) % NG],
+                               (t + ahead) / NG * kChunkBlocks);
+    }
+  }
+#pragma GCC unroll 3
+  for (int t = 0; t < NG; ++t) StoreGroupSums<1>(acc[t], y + t * kPackRows, 0);
 }
 
 // Every x row of the problem against one packed group, y[i, 0 .. kPackRows) at y + i * ldy:
@@ -763,7 +795,16 @@ inline void GroupRowsBf16(const G& g, const Problem& p, int64_t nb, float* y, in
 inline void GroupStripsBf16(const Problem& p, int64_t n0, int64_t n1) {
   const int64_t nb = p.w->cols / 32;
   const auto* d = static_cast<const uint16_t*>(p.w->data);
-  for (int64_t n = n0; n < n1; n += kPackRows) {
+  int64_t n = n0;
+  constexpr int NG = Bf16Group::kGroupsAtOnce;
+  if (p.m == 1 && nb >= kGroupsOneRowMinBlocks) {
+    for (; n + NG * kPackRows <= n1; n += NG * kPackRows) {
+      Bf16Group g[NG];
+      for (int t = 0; t < NG; ++t) g[t] = Bf16Group{d + (n + t * kPackRows) * nb * 32};
+      GroupsOneRowBf16(g, p.xb, nb, p.y + n);
+    }
+  }
+  for (; n < n1; n += kPackRows) {
     GroupRowsBf16(Bf16Group{d + n * nb * 32}, p, nb, p.y + n, p.ldy);
   }
 }

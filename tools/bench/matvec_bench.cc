@@ -7,7 +7,8 @@
 // matvec.bf16: one token through packed bf16 weights as wide as a published K3's hidden size
 // (7168): kBf16Count matrices of kBf16Rows x 7168 read in turn, one MatMul each, as a decode step
 // reads its projections, from memory (they total several times any L3 here). value = bytes / median
-// pass time; baseline = streaming read of the same bytes, same rounds.
+// pass time; baseline = streaming read of the same bytes, same rounds. The detail gives the rate
+// with bf16 activations from the same rounds, where the machine has the bf16 dot product.
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -110,7 +111,8 @@ void RunMatvecBf16(const Context& ctx) {
   std::vector<float> x(kBf16Cols), y(kBf16Rows);
   for (int64_t i = 0; i < kBf16Cols; ++i) x[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
   const double bytes = static_cast<double>(kBf16Count) * ms[0]->w.Bytes();
-  const auto rate = [&] {
+  const auto rate = [&](cpu::ActivationDtype activations) {
+    cpu::ActivationScope scope(activations);
     std::vector<double> t;
     for (int i = 0; i < 5; ++i) {
       const double t0 = Now();
@@ -119,13 +121,19 @@ void RunMatvecBf16(const Context& ctx) {
     }
     return bytes / Median(t) / 1e9;
   };
-  rate();  // first touch
-  std::vector<double> bw, gbps, ratios;
+  rate(cpu::ActivationDtype::kF32);  // first touch
+  // The opt-in bf16 activations (kernels/cpu/matmul.h) where the machine has the dot product.
+  const bool bf16 = cpu::HasBf16DotProduct();
+  std::vector<double> bw, gbps, ratios, bf16_gbps, bf16_ratios;
   for (int r = 0; r < ctx.repeats; ++r) {
     WaitForIdle(ctx.idle_wait_s);
     bw.push_back(StreamReadGBps(regions, threads));
-    gbps.push_back(rate());
+    gbps.push_back(rate(cpu::ActivationDtype::kF32));
     ratios.push_back(gbps.back() / bw.back());
+    if (bf16) {
+      bf16_gbps.push_back(rate(cpu::ActivationDtype::kBf16));
+      bf16_ratios.push_back(bf16_gbps.back() / bw.back());
+    }
   }
   Figure f;
   f.name = "matvec.bf16";
@@ -141,6 +149,10 @@ void RunMatvecBf16(const Context& ctx) {
   f.detail["threads"] = threads;
   f.detail["per_round_ratio"] = ratios;
   f.detail["per_round_bw_GBps"] = bw;
+  if (bf16) {
+    f.detail["bf16_activations_GBps"] = Median(bf16_gbps);
+    f.detail["bf16_activations_ratio"] = Median(bf16_ratios);
+  }
   f.detail["isa"] = cpu::IsaName(cpu::MatMulIsa());
   ctx.Emit(f);
 }

@@ -323,7 +323,10 @@ TEST(MatMul, Bf16ActivationsAreAccurateAndBatchInvariant) {
                          {2, 8, 32},
                          {3, 24, 128},
                          {8, 32, 256},
-                         {16, 16, 512}}) {
+                         {16, 16, 512},
+                         // packed, one row, K >= 2048: three groups at a time in chunks of K
+                         {1, 512, 2048},
+                         {1, 488, 2080}}) {
     const Stored s = MakeWeight(WeightFormat::kBF16, n, k, 51);
     Stored p = MakeWeight(WeightFormat::kBF16, n, k, 51);
     PackInPlace(&p.w);
