@@ -313,13 +313,33 @@ void MatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_t l
   const int64_t unit_flops = 2 * m * k * kRowUnit;
   const int64_t grain = std::max<int64_t>(
       1, std::min(65536 / unit_bytes, (int64_t{4} << 20) / std::max<int64_t>(1, unit_flops)));
-  // Ranges of decreasing length, handed out as threads become free: each takes 1/(2 threads) of
-  // the units left, at least the grain, in whole tiles of the kernel. With four equal ranges per
-  // thread the caller waited about half a range at the end of every call (ThreadPool::Run was 8%
-  // of its time in a batch-1 k3-mini token); short last ranges let the threads finish close
-  // together. On a shared host a descheduled thread's ranges are picked up by the others.
   const int64_t threads = ThreadPool::Global().num_threads();
   const int64_t tile = m == 1 ? kernels->tile_units_one : kernels->tile_units_many;
+  const auto run_units = [&](int64_t begin, int64_t end) {
+    for (size_t j = 0; j < targets.size(); ++j) {
+      const int64_t lo = std::max(begin, first_unit[j]), hi = std::min(end, first_unit[j + 1]);
+      if (lo >= hi) continue;
+      const Weight& w = *targets[j].w;
+      const matmul_internal::Problem p{targets[j].y, targets[j].ldy, xp, kp, &w, m, xb, serial};
+      const bool bf16 = Bf16Path(bf16_mode, w);
+      (bf16 ? kernels->range_bf16 : kernels->range)(
+          p, (lo - first_unit[j]) * kRowUnit, std::min((hi - first_unit[j]) * kRowUnit, w.rows));
+    }
+  };
+  // One x row (decode): each thread streams its own contiguous share (RunInShares). Paired
+  // alternations of batch-1 tokens against the ranges below: k3-mini 4.70 / 5.28 / 5.06 / 4.68 ->
+  // 4.42 / 4.86 / 4.78 / 4.53 ms, kimi-linear-small 9.49 / 10.02 / 9.88 / 9.20 -> 9.02 / 10.22 /
+  // 9.25 / 9.01 ms. For more rows shares were no faster (batch-8 steps, four pairs).
+  if (m == 1 && threads > 1 && units >= threads * std::max(grain, tile)) {
+    matmul_internal::RunInShares(ThreadPool::Global(), units, grain, tile, run_units);
+    return;
+  }
+  // Otherwise ranges of decreasing length, handed out as threads become free: each takes 1/(2
+  // threads) of the units left, at least the grain, in whole tiles of the kernel. With four equal
+  // ranges per thread the caller waited about half a range at the end of every call
+  // (ThreadPool::Run was 8% of its time in a batch-1 k3-mini token); short last ranges let the
+  // threads finish close together. On a shared host a descheduled thread's ranges are picked up
+  // by the others.
   constexpr int kMaxRanges = 64;
   int64_t bound[kMaxRanges + 1] = {0};
   int64_t ranges = 0;
@@ -332,20 +352,72 @@ void MatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_t l
     ++ranges;
   }
   ThreadPool::Global().ParallelForChunks(ranges, 1, [&](int64_t first, int64_t last) {
-    for (int64_t r = first; r < last; ++r) {
-      const int64_t begin = bound[r], end = bound[r + 1];
-      for (size_t j = 0; j < targets.size(); ++j) {
-        const int64_t lo = std::max(begin, first_unit[j]), hi = std::min(end, first_unit[j + 1]);
-        if (lo >= hi) continue;
-        const Weight& w = *targets[j].w;
-        const matmul_internal::Problem p{targets[j].y, targets[j].ldy, xp, kp, &w, m, xb, serial};
-        const bool bf16 = Bf16Path(bf16_mode, w);
-        (bf16 ? kernels->range_bf16 : kernels->range)(
-            p, (lo - first_unit[j]) * kRowUnit, std::min((hi - first_unit[j]) * kRowUnit, w.rows));
+    for (int64_t r = first; r < last; ++r) run_units(bound[r], bound[r + 1]);
+  });
+}
+
+namespace matmul_internal {
+
+// Thread t starts on its own contiguous share of the units and takes its ranges (halving in
+// length, whole tiles, at least the grain) from the front, so its weights stream on from one range
+// into the next (the software prefetch runs ahead across the boundary); a thread that is done
+// takes the others' last, shortest ranges from the back. With ranges handed out in turn from one
+// list, as MatMulMany does for more rows, every range started a stream cold on a thread that had
+// not read the range before it: on 2 threads, 0.25-1 MB products (a decode step's projections) read
+// 0.49-0.63 of the streaming read, and one contiguous half per thread 1.08-1.19x that.
+void RunInShares(ThreadPool& pool, int64_t units, int64_t grain, int64_t tile,
+                 const std::function<void(int64_t, int64_t)>& run_units) {
+  constexpr int kMaxShares = 16, kMaxShareRanges = 32;
+  const int64_t threads = std::min<int64_t>(pool.num_threads(), kMaxShares);
+  struct Share {
+    int64_t bound[kMaxShareRanges + 1];
+    int count = 0;
+    std::atomic<uint32_t> ends{0};  // front (low 16 bits) and back (high 16 bits) range indices
+  };
+  Share shares[kMaxShares];
+  for (int64_t t = 0; t < threads; ++t) {
+    Share& s = shares[t];
+    const int64_t lo = units * t / threads / tile * tile;
+    const int64_t hi = t + 1 == threads ? units : units * (t + 1) / threads / tile * tile;
+    s.bound[0] = lo;
+    while (s.bound[s.count] < hi) {
+      const int64_t left = hi - s.bound[s.count];
+      const int64_t want = std::max(grain, left / 2);
+      const int64_t take =
+          s.count + 1 == kMaxShareRanges ? left : std::min(left, (want + tile - 1) / tile * tile);
+      s.bound[s.count + 1] = s.bound[s.count] + take;
+      ++s.count;
+    }
+    s.ends.store(static_cast<uint32_t>(s.count) << 16, std::memory_order_relaxed);
+  }
+  // Takes the front (own share) or the back (another's) range of s; -1 when none is left.
+  const auto take = [](Share& s, bool front) -> int {
+    uint32_t e = s.ends.load(std::memory_order_relaxed);
+    while (true) {
+      const uint32_t f = e & 0xffff, b = e >> 16;
+      if (f >= b) return -1;
+      const uint32_t next = front ? e + 1 : e - (1u << 16);
+      if (s.ends.compare_exchange_weak(e, next, std::memory_order_relaxed)) {
+        return static_cast<int>(front ? f : b - 1);
       }
+    }
+  };
+  // [first, last) is one share, or all of them when the pool runs the job inline (nested): then
+  // they run front to back, in order.
+  pool.ParallelFor(threads, 1, [&](int64_t first, int64_t last) {
+    for (int64_t t = first; t < last; ++t) {
+      for (int r; (r = take(shares[t], true)) >= 0;) {
+        run_units(shares[t].bound[r], shares[t].bound[r + 1]);
+      }
+    }
+    for (int64_t o = 1; o < threads; ++o) {
+      Share& s = shares[(first + o) % threads];
+      for (int r; (r = take(s, false)) >= 0;) run_units(s.bound[r], s.bound[r + 1]);
     }
   });
 }
+
+}  // namespace matmul_internal
 
 void DequantizeRow(float* out, const Weight& w, int64_t r) {
   const int64_t k = w.cols;

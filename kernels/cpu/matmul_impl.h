@@ -14,8 +14,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "kernels/weight.h"
+
+namespace kimi::cpu {
+class ThreadPool;
+}
 
 namespace kimi::cpu::matmul_internal {
 
@@ -58,6 +63,12 @@ const Kernels* ScalarKernels();
 // kPackRows. The AVX2 range hands such weights here; the AVX-512 range hands weights in either
 // AVX2 layout (kLanes, kPairs) to the AVX2 range (the machines that pack them so have AVX2).
 void LaneMajorRangeAvx2(const Problem& p, int64_t n0, int64_t n1);
+
+// Calls run(begin, end) over ranges that cover [0, units) once each, on the pool's threads: every
+// thread starts on a contiguous share of its own, front to back, in ranges of halving length (whole
+// tiles, at least `grain` units, except a share's last), then takes the others' last ranges.
+void RunInShares(ThreadPool& pool, int64_t units, int64_t grain, int64_t tile,
+                 const std::function<void(int64_t, int64_t)>& run);
 
 // xp[kp] = x[k] in the canonical layout.
 void PermuteRow(float* xp, const float* x, int64_t k, int64_t kp);
