@@ -37,78 +37,262 @@ KIMI_INLINE float ExpNonPositive(float x) {
 }
 
 constexpr int64_t kRows = 4;   // query rows per register tile
-constexpr int64_t kKeys = 64;  // keys per block
+constexpr int64_t kKeys = 32;  // keys per block (K3's 576-float rows: 72 KiB, in L2)
+// Keys per chunk: each chunk's softmax state is computed on its own and the chunks are folded
+// in order (FoldChunk), so decode can share the keys out over the threads.
+constexpr int64_t kChunkKeys = 128;
 
-// Per-thread state of the online softmax.
-struct Scratch {
-  std::vector<float> kt;  // [width, kKeys] keys of the block, transposed
-  std::vector<const float*> key;
-  Scratch(int64_t width) : kt(width * kKeys), key(kKeys) {}
-};
+// 16 floats as one value: a 512-bit register in the x86-64-v4 clone, pairs or quads of narrower
+// ones in the others (as in kda.cc). Every function taking one is inlined into a clone.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float Vec16 __attribute__((vector_size(64)));
+typedef float Vec8 __attribute__((vector_size(32)));
+typedef float Vec4 __attribute__((vector_size(16)));
+KIMI_INLINE Vec16 LoadVec16(const float* p) {
+  Vec16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+// The first n < 16 floats at p, the rest zero.
+KIMI_INLINE Vec16 LoadPartial(const float* p, int64_t n) {
+  Vec16 v = {};
+  std::memcpy(&v, p, n * sizeof(float));
+  return v;
+}
+KIMI_INLINE void StoreVec16(float* p, Vec16 v) { std::memcpy(p, &v, sizeof v); }
+// The lanes summed in a fixed tree: halves, then quarters, then pairs.
+KIMI_INLINE float Sum16(Vec16 v) {
+  const Vec8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+                 __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+  const Vec4 b =
+      __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+  return (b[0] + b[2]) + (b[1] + b[3]);
+}
 
-// Rows [r0, r1) of the [T * heads] query rows over every visible key, key block by key block.
-// For each row the keys are visited in ascending order with the same arithmetic whatever rows
-// share its tile or thread, so a row's result depends only on its query and the cache.
-KIMI_CLONES void AttendRows(float* out_lat, float* row_max, float* row_sum, const float* qa,
-                            int64_t r0, int64_t r1, int64_t heads, int64_t first_pos,
-                            const PagedRows& cache, int64_t rank, int64_t rope, float scale,
-                            Scratch& s) {
-  const int64_t width = rank + rope;
-  const int64_t last_key = first_pos + (r1 - 1) / heads + 1;  // keys the last row sees
-  for (int64_t r = r0; r < r1; ++r) {
-    row_max[r] = -std::numeric_limits<float>::infinity();
-    row_sum[r] = 0.0f;
-    std::fill_n(out_lat + r * rank, rank, 0.0f);
-  }
-  for (int64_t s0 = 0; s0 < last_key; s0 += kKeys) {
-    const int64_t nk = std::min(kKeys, last_key - s0);
-    for (int64_t j = 0; j < nk; ++j) s.key[j] = cache.Row(s0 + j);
-    float* kt = s.kt.data();
-    for (int64_t d = 0; d < width; ++d) {
-      for (int64_t j = 0; j < nk; ++j) kt[d * kKeys + j] = s.key[j][d];
-      for (int64_t j = nk; j < kKeys; ++j) kt[d * kKeys + j] = 0.0f;
+// sc[i][j0 + j] = q[i] . key[j0 + j] for i < MR, j < 4, over `width`: 16 lanes of products per
+// (row, key) pair, each lane summed over the width in order, then the lanes by Sum16. The keys are
+// read as stored (rows of the cache); a pair's arithmetic does not depend on the other pairs.
+template <int MR>
+KIMI_INLINE void Scores(float (*sc)[kKeys], int64_t j0, const float* const* q,
+                        const float* const* key, int64_t width) {
+  Vec16 acc[MR][4] = {};
+  const float* k[4] = {key[j0], key[j0 + 1], key[j0 + 2], key[j0 + 3]};
+  int64_t c = 0;
+  for (; c + 16 <= width; c += 16) {
+    Vec16 kv[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) kv[j] = LoadVec16(k[j] + c);
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      const Vec16 qv = LoadVec16(q[i] + c);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) acc[i][j] += qv * kv[j];
     }
+  }
+  if (c < width) {
+    Vec16 kv[4];
+    for (int j = 0; j < 4; ++j) kv[j] = LoadPartial(k[j] + c, width - c);
+    for (int i = 0; i < MR; ++i) {
+      const Vec16 qv = LoadPartial(q[i] + c, width - c);
+      for (int j = 0; j < 4; ++j) acc[i][j] += qv * kv[j];
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) sc[i][j0 + j] = Sum16(acc[i][j]);
+  }
+}
+
+// For each row i < MR of a tile: o_i = o_i * corr[i] + sum_j p[i][j] key[j][0 .. rank) over
+// j < visible[i], 64 columns of every row in registers at a time, each key's 64 columns loaded once
+// for all the rows. Per element the operations and their order are those of one key after
+// another, row by row.
+template <int MR>
+KIMI_INLINE void AddValues(float* const* o, const float* corr, const float (*p)[kKeys],
+                           const int64_t* visible, const float* const* key, int64_t rank) {
+  int64_t most = 0;
+  for (int i = 0; i < MR; ++i) most = std::max(most, visible[i]);
+  int64_t c = 0;
+  for (; c + 64 <= rank; c += 64) {
+    Vec16 acc[MR][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) acc[i][u] = LoadVec16(o[i] + c + 16 * u) * corr[i];
+    }
+    for (int64_t j = 0; j < most; ++j) {
+      Vec16 kv[4];
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) kv[u] = LoadVec16(key[j] + c + 16 * u);
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        if (j >= visible[i]) continue;
+        const float pij = p[i][j];
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) acc[i][u] += pij * kv[u];
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) StoreVec16(o[i] + c + 16 * u, acc[i][u]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    for (int64_t cc = c; cc < rank; ++cc) {
+      float a = o[i][cc] * corr[i];
+      for (int64_t j = 0; j < visible[i]; ++j) a += p[i][j] * key[j][cc];
+      o[i][cc] = a;
+    }
+  }
+}
+#pragma GCC diagnostic pop
+
+// The partial softmax state of rows [r0, r1) of the [T * heads] query rows over the keys of
+// chunk [k0, k0 + kChunkKeys) each row sees, row r at index i = r - r0: m[i * ldm] (the largest
+// scaled score), l[i * ldm] (the sum of exp(score - m)) and o + i * ldo (the sum of
+// exp(score - m) c_s, unnormalised). Every row must see at least the chunk's first key. Block after
+// block of kKeys keys with an online softmax, every row of a tile against the same keys. A row's
+// arithmetic does not depend on the other rows of its tile or range.
+KIMI_CLONES void AttendChunk(float* o, int64_t ldo, float* m, float* l, int64_t ldm,
+                             const float* qa, int64_t r0, int64_t r1, int64_t heads,
+                             int64_t first_pos, int64_t k0, const PagedRows& cache, int64_t rank,
+                             int64_t rope, float scale) {
+  const int64_t width = rank + rope;
+  const int64_t k1 = std::min(k0 + kChunkKeys, first_pos + (r1 - 1) / heads + 1);
+  for (int64_t i = 0; i < r1 - r0; ++i) {
+    m[i * ldm] = -std::numeric_limits<float>::infinity();
+    l[i * ldm] = 0.0f;
+    std::fill_n(o + i * ldo, rank, 0.0f);
+  }
+  const float* key[kKeys];
+  for (int64_t s0 = k0; s0 < k1; s0 += kKeys) {
+    const int64_t nk = std::min(kKeys, k1 - s0);
+    // Keys past the block's end repeat its last key; their scores are never used.
+    for (int64_t j = 0; j < kKeys; ++j) key[j] = cache.Row(s0 + std::min(j, nk - 1));
     for (int64_t i0 = r0; i0 < r1; i0 += kRows) {
       const int64_t mr = std::min(kRows, r1 - i0);
-      // Scores of kRows rows x kKeys keys (rows past r1 compute on a copy of the last row).
-      float sc[kRows][kKeys] = {};
+      float sc[kRows][kKeys];
       const float* q[kRows];
       for (int64_t i = 0; i < kRows; ++i) q[i] = qa + (i0 + std::min(i, mr - 1)) * width;
-      for (int64_t d = 0; d < width; ++d) {
-        const float* k = kt + d * kKeys;
-        for (int64_t i = 0; i < kRows; ++i) {
-          const float qd = q[i][d];
-          for (int64_t j = 0; j < kKeys; ++j) sc[i][j] += qd * k[j];
+      for (int64_t j0 = 0; j0 < nk; j0 += 4) {
+        switch (mr) {
+          case 1:
+            Scores<1>(sc, j0, q, key, width);
+            break;
+          case 2:
+            Scores<2>(sc, j0, q, key, width);
+            break;
+          case 3:
+            Scores<3>(sc, j0, q, key, width);
+            break;
+          default:
+            Scores<4>(sc, j0, q, key, width);
+            break;
         }
       }
-      for (int64_t i = 0; i < mr; ++i) {
-        const int64_t r = i0 + i;
-        const int64_t visible = std::min(nk, first_pos + r / heads + 1 - s0);  // keys of this block
-        if (visible <= 0) continue;
-        float mx = row_max[r];
-        for (int64_t j = 0; j < visible; ++j) mx = std::max(mx, sc[i][j] * scale);
-        float p[kKeys];
-        for (int64_t j = 0; j < kKeys; ++j) p[j] = ExpNonPositive(sc[i][j] * scale - mx);
-        for (int64_t j = visible; j < kKeys; ++j) p[j] = 0.0f;
-        const float corr = ExpNonPositive(row_max[r] - mx);  // 0 on the first block (-inf)
+      // The online softmax of each row over this block's visible keys.
+      float p[kRows][kKeys], corr[kRows];
+      int64_t visible[kRows];
+      float* out[kRows];
+      for (int64_t i = 0; i < kRows; ++i) {
+        const int64_t r = i0 + std::min(i, mr - 1), at = (r - r0) * ldm;
+        out[i] = o + (r - r0) * ldo;
+        // Keys of this block the row sees (rows past the tile's end: none).
+        visible[i] =
+            i < mr ? std::max<int64_t>(0, std::min(nk, first_pos + r / heads + 1 - s0)) : 0;
+        corr[i] = 1.0f;
+        if (visible[i] == 0) continue;
+        float mx = m[at];
+        for (int64_t j = 0; j < visible[i]; ++j) mx = std::max(mx, sc[i][j] * scale);
+        for (int64_t j = 0; j < kKeys; ++j) p[i][j] = ExpNonPositive(sc[i][j] * scale - mx);
+        for (int64_t j = visible[i]; j < kKeys; ++j) p[i][j] = 0.0f;
+        corr[i] = ExpNonPositive(m[at] - mx);  // 0 on the chunk's first block (-inf)
         float sum = 0.0f;
-        for (int64_t j = 0; j < visible; ++j) sum += p[j];
-        row_sum[r] = row_sum[r] * corr + sum;
-        row_max[r] = mx;
-        float* o = out_lat + r * rank;
-        for (int64_t c = 0; c < rank; ++c) o[c] *= corr;
-        for (int64_t j = 0; j < visible; ++j) {
-          const float pj = p[j];
-          const float* key = s.key[j];
-          for (int64_t c = 0; c < rank; ++c) o[c] += pj * key[c];
-        }
+        for (int64_t j = 0; j < visible[i]; ++j) sum += p[i][j];
+        l[at] = l[at] * corr[i] + sum;
+        m[at] = mx;
+      }
+      switch (mr) {
+        case 1:
+          AddValues<1>(out, corr, p, visible, key, rank);
+          break;
+        case 2:
+          AddValues<2>(out, corr, p, visible, key, rank);
+          break;
+        case 3:
+          AddValues<3>(out, corr, p, visible, key, rank);
+          break;
+        default:
+          AddValues<4>(out, corr, p, visible, key, rank);
+          break;
       }
     }
   }
+}
+
+// A row's state over chunks 0 .. c - 1 (M, L, O) and chunk c's (m, l, o), merged into the first:
+// the one order in which every row's chunks are combined, however the work was split.
+KIMI_INLINE void FoldChunk(float& M, float& L, float* O, float m, float l, const float* o,
+                           int64_t rank) {
+  const float mx = std::max(M, m);
+  const float a = ExpNonPositive(M - mx), b = ExpNonPositive(m - mx);
+  L = L * a + l * b;
+  for (int64_t c = 0; c < rank; ++c) O[c] = O[c] * a + o[c] * b;
+  M = mx;
+}
+
+// Rows [r0, r1), every chunk they see in order, each folded in as it is done; then normalised.
+KIMI_CLONES void AttendRows(float* out_lat, const float* qa, int64_t r0, int64_t r1, int64_t heads,
+                            int64_t first_pos, const PagedRows& cache, int64_t rank, int64_t rope,
+                            float scale) {
+  const int64_t n = r1 - r0;
+  std::vector<float> M(n), L(n), m(n), l(n), o(n * rank);
+  const int64_t last_key = first_pos + (r1 - 1) / heads + 1;  // keys the last row sees
+  for (int64_t k0 = 0; k0 < last_key; k0 += kChunkKeys) {
+    if (k0 == 0) {  // the first chunk is every row's state so far
+      AttendChunk(out_lat + r0 * rank, rank, M.data(), L.data(), 1, qa, r0, r1, heads, first_pos,
+                  k0, cache, rank, rope, scale);
+      continue;
+    }
+    // Rows before `first` see none of this chunk.
+    int64_t first = r0;
+    while (first < r1 && first_pos + first / heads + 1 <= k0) ++first;
+    if (first == r1) continue;
+    const int64_t at = first - r0;
+    AttendChunk(&o[at * rank], rank, &m[at], &l[at], 1, qa, first, r1, heads, first_pos, k0, cache,
+                rank, rope, scale);
+    for (int64_t r = first; r < r1; ++r) {
+      FoldChunk(M[r - r0], L[r - r0], out_lat + r * rank, m[r - r0], l[r - r0], &o[(r - r0) * rank],
+                rank);
+    }
+  }
   for (int64_t r = r0; r < r1; ++r) {
-    const float inv = 1.0f / row_sum[r];
-    float* o = out_lat + r * rank;
-    for (int64_t c = 0; c < rank; ++c) o[c] *= inv;
+    const float inv = 1.0f / L[r - r0];
+    float* out = out_lat + r * rank;
+    for (int64_t c = 0; c < rank; ++c) out[c] *= inv;
+  }
+}
+
+// Few rows over many keys (decode): units of (tile of kRows rows, chunk) spread over the threads,
+// each chunk's state kept, then every row's chunks folded in order as AttendRows does.
+KIMI_CLONES void FoldRows(float* out_lat, const float* state, int64_t chunks, int64_t r0,
+                          int64_t r1, int64_t heads, int64_t first_pos, int64_t rank) {
+  const int64_t stride = rank + 2;  // per (row, chunk): o, then m and l
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t seen = (first_pos + r / heads + kChunkKeys) / kChunkKeys;  // chunks it sees
+    const float* st = state + r * chunks * stride;
+    float* out = out_lat + r * rank;
+    std::copy_n(st, rank, out);
+    float M = st[rank], L = st[rank + 1];
+    for (int64_t c = 1; c < seen && c < chunks; ++c) {
+      const float* sc = st + c * stride;
+      FoldChunk(M, L, out, sc[rank], sc[rank + 1], sc, rank);
+    }
+    const float inv = 1.0f / L;
+    for (int64_t c = 0; c < rank; ++c) out[c] *= inv;
   }
 }
 
@@ -118,15 +302,39 @@ void MlaLatentAttention(float* out_lat, const float* qa, int64_t T, int64_t firs
                         const PagedRows& cache, int64_t heads, int64_t rank, int64_t rope,
                         float scale) {
   const int64_t rows = T * heads;
-  std::vector<float> row_max(rows), row_sum(rows);
-  // A part gets at least 4 tiles of kRows rows, or half the rows when there are fewer: one
-  // decode token's rows (one per head) are split too, though each part transposes the keys itself.
-  ParallelFor(rows, std::max<int64_t>(1, std::min<int64_t>(4 * kRows, rows / 2)),
-              [&](int64_t begin, int64_t end) {
-                Scratch s(rank + rope);
-                AttendRows(out_lat, row_max.data(), row_sum.data(), qa, begin, end, heads,
-                           first_pos, cache, rank, rope, scale, s);
-              });
+  const int64_t chunks = (first_pos + T + kChunkKeys - 1) / kChunkKeys;  // of the last row
+  const int64_t tiles = (rows + kRows - 1) / kRows;
+  const int64_t threads = ThreadPool::Global().num_threads();
+  if (chunks == 1 || tiles >= 2 * threads) {
+    // Enough rows to share out: a part gets at least 4 tiles, or half the rows when there are
+    // fewer, and runs its chunks one after another.
+    ParallelFor(rows, std::max<int64_t>(1, std::min<int64_t>(4 * kRows, rows / 2)),
+                [&](int64_t begin, int64_t end) {
+                  AttendRows(out_lat, qa, begin, end, heads, first_pos, cache, rank, rope, scale);
+                });
+    return;
+  }
+  // Decode: the keys are shared out instead of the rows, so the threads do not each read the
+  // whole cache; chunk states per (row, chunk), then folded in order.
+  // (Filled with NaN rather than zeros, at the same cost: the state of a chunk a row does not see
+  // is never written, and must never be folded.)
+  const int64_t stride = rank + 2;
+  std::vector<float> state(rows * chunks * stride, std::numeric_limits<float>::quiet_NaN());
+  ParallelFor(tiles * chunks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; ++u) {
+      const int64_t tile = u / chunks, c = u % chunks;
+      const int64_t r0 = tile * kRows, r1 = std::min(rows, r0 + kRows);
+      // Rows before `first` see none of this chunk.
+      int64_t first = r0;
+      while (first < r1 && first_pos + first / heads + 1 <= c * kChunkKeys) ++first;
+      if (first == r1) continue;
+      // Row r's chunk c: o at state[(r * chunks + c) * stride], m and l after it.
+      float* base = state.data() + (first * chunks + c) * stride;
+      AttendChunk(base, chunks * stride, base + rank, base + rank + 1, chunks * stride, qa, first,
+                  r1, heads, first_pos, c * kChunkKeys, cache, rank, rope, scale);
+    }
+  });
+  FoldRows(out_lat, state.data(), chunks, 0, rows, heads, first_pos, rank);
 }
 
 void MlaAttention(float* out, const float* q, int64_t T, int64_t first_pos, const PagedRows& cache,

@@ -18,8 +18,9 @@ using kimi::testing::RandomVector;
 
 // A prefill chunk (3 tokens at positions 9..11), a decode token at position 5 and a padding
 // sequence, over one paged pool. The cache write is a copy (exact); the attention is fp32 on both
-// sides with another key tiling (32 vs 64 keys per online-softmax step), so 1e-5 absolute plus
-// 1e-5 relative on outputs that are convex mixes of O(1) cache rows.
+// sides, summed in other orders (the CPU: each score in 16 lanes, 32-key online-softmax steps in
+// 128-key chunks folded in order), so 1e-5 absolute plus 1e-5 relative on outputs that are convex
+// mixes of O(1) cache rows.
 TEST(CudaMla, PagedLatentAttentionMatchesCpu) {
   KIMI_REQUIRE_GPU();
   const int64_t heads = 4, R = 64, rope = 16, width = R + rope, ps = 4, num_pages = 16;
