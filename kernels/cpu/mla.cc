@@ -276,8 +276,8 @@ KIMI_CLONES void AttendRows(float* out_lat, const float* qa, int64_t r0, int64_t
   }
 }
 
-// Few rows over many keys (decode): units of (tile of kRows rows, chunk) spread over the threads,
-// each chunk's state kept, then every row's chunks folded in order as AttendRows does.
+// Few rows over many keys (decode): the chunks spread over the threads (all rows of a chunk
+// together), each chunk's state kept, then every row's chunks folded in order as AttendRows does.
 KIMI_CLONES void FoldRows(float* out_lat, const float* state, int64_t chunks, int64_t r0,
                           int64_t r1, int64_t heads, int64_t first_pos, int64_t rank) {
   const int64_t stride = rank + 2;  // per (row, chunk): o, then m and l
@@ -320,18 +320,16 @@ void MlaLatentAttention(float* out_lat, const float* qa, int64_t T, int64_t firs
   // is never written, and must never be folded.)
   const int64_t stride = rank + 2;
   std::vector<float> state(rows * chunks * stride, std::numeric_limits<float>::quiet_NaN());
-  ParallelFor(tiles * chunks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t u = begin; u < end; ++u) {
-      const int64_t tile = u / chunks, c = u % chunks;
-      const int64_t r0 = tile * kRows, r1 = std::min(rows, r0 + kRows);
+  ParallelFor(chunks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
       // Rows before `first` see none of this chunk.
-      int64_t first = r0;
-      while (first < r1 && first_pos + first / heads + 1 <= c * kChunkKeys) ++first;
-      if (first == r1) continue;
+      int64_t first = 0;
+      while (first < rows && first_pos + first / heads + 1 <= c * kChunkKeys) ++first;
+      if (first == rows) continue;
       // Row r's chunk c: o at state[(r * chunks + c) * stride], m and l after it.
       float* base = state.data() + (first * chunks + c) * stride;
       AttendChunk(base, chunks * stride, base + rank, base + rank + 1, chunks * stride, qa, first,
-                  r1, heads, first_pos, c * kChunkKeys, cache, rank, rope, scale);
+                  rows, heads, first_pos, c * kChunkKeys, cache, rank, rope, scale);
     }
   });
   FoldRows(out_lat, state.data(), chunks, 0, rows, heads, first_pos, rank);

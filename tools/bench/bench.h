@@ -86,6 +86,7 @@ struct GemmPeaks {  // best library GEMM of this run, GFLOP/s (0 when not measur
 GemmPeaks RunGemm(const Context& ctx, bool emit);
 void RunDecode(const Context& ctx, const std::string& preset, const GemmPeaks& peaks);
 void RunAttentionScaling(const Context& ctx);
+void RunMlaDecode(const Context& ctx);
 void RunState(const Context& ctx);
 void RunSchedulerOverhead(const Context& ctx, const std::string& preset);
 void RunMatvec(const Context& ctx);

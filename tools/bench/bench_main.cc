@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
     std::printf(
         "prefill.gemm\nprefill.gemm.bf16\nkda.prefill.per_token_16k_over_1k\nstate.128k.hybrid_"
         "over_mla\n"
-        "scheduler.overhead.b64\nmatvec.mxfp4\nmatvec.bf16\n");
+        "scheduler.overhead.b64\nmatvec.mxfp4\nmatvec.bf16\nmla.decode.64k\n");
     return 0;
   }
   ctx.Log(absl::StrCat("threads ", kimi::cpu::ThreadPool::Global().num_threads(), ", isa ",
@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
   }
   for (const std::string& m : models) RunDecode(ctx, m, peaks);
   RunAttentionScaling(ctx);
+  RunMlaDecode(ctx);
   RunState(ctx);
   RunSchedulerOverhead(ctx, absl::GetFlag(FLAGS_scheduler_model));
   RunMatvec(ctx);
