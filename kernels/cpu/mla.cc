@@ -42,102 +42,137 @@ constexpr int64_t kKeys = 32;  // keys per block (K3's 576-float rows: 72 KiB, i
 // in order (FoldChunk), so decode can share the keys out over the threads.
 constexpr int64_t kChunkKeys = 128;
 
-// 16 floats as one value: a 512-bit register in the x86-64-v4 clone, pairs or quads of narrower
-// ones in the others (as in kda.cc). Every function taking one is inlined into a clone.
+// The dot products and value sums below run on L floats as one value (GCC vector types): L = 16 in
+// the AVX-512 build of AttendChunk (one 512-bit register each, 32 of them), 8 in the AVX2 build and
+// 4 in the baseline one (16 registers), with register tiles sized to fit. Every function taking one
+// is inlined into those builds, so the ABI note GCC gives for the baseline does not apply.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
-typedef float Vec16 __attribute__((vector_size(64)));
+template <int L>
+struct Lanes;
+template <>
+struct Lanes<16> {
+  typedef float V __attribute__((vector_size(64)));
+  static constexpr int kKeyTile = 4;    // keys per score tile (with up to kRows rows)
+  static constexpr int kValueVecs = 4;  // vectors of each row's output per value pass
+};
+template <>
+struct Lanes<8> {
+  typedef float V __attribute__((vector_size(32)));
+  static constexpr int kKeyTile = 2;
+  static constexpr int kValueVecs = 2;
+};
+template <>
+struct Lanes<4> {
+  typedef float V __attribute__((vector_size(16)));
+  static constexpr int kKeyTile = 2;
+  static constexpr int kValueVecs = 2;
+};
 typedef float Vec8 __attribute__((vector_size(32)));
 typedef float Vec4 __attribute__((vector_size(16)));
-KIMI_INLINE Vec16 LoadVec16(const float* p) {
-  Vec16 v;
+
+template <int L>
+KIMI_INLINE typename Lanes<L>::V Load(const float* p) {
+  typename Lanes<L>::V v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-// The first n < 16 floats at p, the rest zero.
-KIMI_INLINE Vec16 LoadPartial(const float* p, int64_t n) {
-  Vec16 v = {};
+// The first n < L floats at p, the rest zero.
+template <int L>
+KIMI_INLINE typename Lanes<L>::V LoadPartial(const float* p, int64_t n) {
+  typename Lanes<L>::V v = {};
   std::memcpy(&v, p, n * sizeof(float));
   return v;
 }
-KIMI_INLINE void StoreVec16(float* p, Vec16 v) { std::memcpy(p, &v, sizeof v); }
+template <int L>
+KIMI_INLINE void Store(float* p, typename Lanes<L>::V v) {
+  std::memcpy(p, &v, sizeof v);
+}
 // The lanes summed in a fixed tree: halves, then quarters, then pairs.
-KIMI_INLINE float Sum16(Vec16 v) {
-  const Vec8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
-                 __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-  const Vec4 b =
-      __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
-  return (b[0] + b[2]) + (b[1] + b[3]);
+KIMI_INLINE float SumLanes(Vec4 b) { return (b[0] + b[2]) + (b[1] + b[3]); }
+KIMI_INLINE float SumLanes(Vec8 a) {
+  return SumLanes(
+      Vec4(__builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7)));
+}
+KIMI_INLINE float SumLanes(Lanes<16>::V v) {
+  return SumLanes(Vec8(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+                       __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15)));
 }
 
-// sc[i][j0 + j] = q[i] . key[j0 + j] for i < MR, j < 4, over `width`: 16 lanes of products per
-// (row, key) pair, each lane summed over the width in order, then the lanes by Sum16. The keys are
-// read as stored (rows of the cache); a pair's arithmetic does not depend on the other pairs.
-template <int MR>
+// sc[i][j0 + j] = q[i] . key[j0 + j] for i < MR, j < Lanes<L>::kKeyTile, over `width`: L lanes of
+// products per (row, key) pair, each lane summed over the width in order, then the lanes by
+// SumLanes. The keys are read as stored (rows of the cache); a pair's arithmetic does not depend
+// on the other pairs.
+template <int L, int MR>
 KIMI_INLINE void Scores(float (*sc)[kKeys], int64_t j0, const float* const* q,
                         const float* const* key, int64_t width) {
-  Vec16 acc[MR][4] = {};
-  const float* k[4] = {key[j0], key[j0 + 1], key[j0 + 2], key[j0 + 3]};
+  typedef typename Lanes<L>::V V;
+  constexpr int NJ = Lanes<L>::kKeyTile;
+  V acc[MR][NJ] = {};
+  const float* k[NJ];
+  for (int j = 0; j < NJ; ++j) k[j] = key[j0 + j];
   int64_t c = 0;
-  for (; c + 16 <= width; c += 16) {
-    Vec16 kv[4];
+  for (; c + L <= width; c += L) {
+    V kv[NJ];
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) kv[j] = LoadVec16(k[j] + c);
+    for (int j = 0; j < NJ; ++j) kv[j] = Load<L>(k[j] + c);
 #pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) {
-      const Vec16 qv = LoadVec16(q[i] + c);
+      const V qv = Load<L>(q[i] + c);
 #pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) acc[i][j] += qv * kv[j];
+      for (int j = 0; j < NJ; ++j) acc[i][j] += qv * kv[j];
     }
   }
   if (c < width) {
-    Vec16 kv[4];
-    for (int j = 0; j < 4; ++j) kv[j] = LoadPartial(k[j] + c, width - c);
+    V kv[NJ];
+    for (int j = 0; j < NJ; ++j) kv[j] = LoadPartial<L>(k[j] + c, width - c);
     for (int i = 0; i < MR; ++i) {
-      const Vec16 qv = LoadPartial(q[i] + c, width - c);
-      for (int j = 0; j < 4; ++j) acc[i][j] += qv * kv[j];
+      const V qv = LoadPartial<L>(q[i] + c, width - c);
+      for (int j = 0; j < NJ; ++j) acc[i][j] += qv * kv[j];
     }
   }
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) sc[i][j0 + j] = Sum16(acc[i][j]);
+    for (int j = 0; j < NJ; ++j) sc[i][j0 + j] = SumLanes(acc[i][j]);
   }
 }
 
 // For each row i < MR of a tile: o_i = o_i * corr[i] + sum_j p[i][j] key[j][0 .. rank) over
-// j < visible[i], 64 columns of every row in registers at a time, each key's 64 columns loaded once
-// for all the rows. Per element the operations and their order are those of one key after
-// another, row by row.
-template <int MR>
+// j < visible[i], a few vectors of every row's output in registers at a time, each key's matching
+// columns loaded once for all the rows. Per element the operations and their order are those of
+// one key after another, row by row.
+template <int L, int MR>
 KIMI_INLINE void AddValues(float* const* o, const float* corr, const float (*p)[kKeys],
                            const int64_t* visible, const float* const* key, int64_t rank) {
+  typedef typename Lanes<L>::V V;
+  constexpr int U = Lanes<L>::kValueVecs;
   int64_t most = 0;
   for (int i = 0; i < MR; ++i) most = std::max(most, visible[i]);
   int64_t c = 0;
-  for (; c + 64 <= rank; c += 64) {
-    Vec16 acc[MR][4];
+  for (; c + U * L <= rank; c += U * L) {
+    V acc[MR][U];
 #pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 4
-      for (int u = 0; u < 4; ++u) acc[i][u] = LoadVec16(o[i] + c + 16 * u) * corr[i];
+      for (int u = 0; u < U; ++u) acc[i][u] = Load<L>(o[i] + c + L * u) * corr[i];
     }
     for (int64_t j = 0; j < most; ++j) {
-      Vec16 kv[4];
+      V kv[U];
 #pragma GCC unroll 4
-      for (int u = 0; u < 4; ++u) kv[u] = LoadVec16(key[j] + c + 16 * u);
+      for (int u = 0; u < U; ++u) kv[u] = Load<L>(key[j] + c + L * u);
 #pragma GCC unroll 4
       for (int i = 0; i < MR; ++i) {
         if (j >= visible[i]) continue;
         const float pij = p[i][j];
 #pragma GCC unroll 4
-        for (int u = 0; u < 4; ++u) acc[i][u] += pij * kv[u];
+        for (int u = 0; u < U; ++u) acc[i][u] += pij * kv[u];
       }
     }
 #pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 4
-      for (int u = 0; u < 4; ++u) StoreVec16(o[i] + c + 16 * u, acc[i][u]);
+      for (int u = 0; u < U; ++u) Store<L>(o[i] + c + L * u, acc[i][u]);
     }
   }
   for (int i = 0; i < MR; ++i) {
@@ -156,10 +191,11 @@ KIMI_INLINE void AddValues(float* const* o, const float* corr, const float (*p)[
 // exp(score - m) c_s, unnormalised). Every row must see at least the chunk's first key. Block after
 // block of kKeys keys with an online softmax, every row of a tile against the same keys. A row's
 // arithmetic does not depend on the other rows of its tile or range.
-KIMI_CLONES void AttendChunk(float* o, int64_t ldo, float* m, float* l, int64_t ldm,
-                             const float* qa, int64_t r0, int64_t r1, int64_t heads,
-                             int64_t first_pos, int64_t k0, const PagedRows& cache, int64_t rank,
-                             int64_t rope, float scale) {
+template <int L>
+KIMI_INLINE void AttendChunkWith(float* o, int64_t ldo, float* m, float* l, int64_t ldm,
+                                 const float* qa, int64_t r0, int64_t r1, int64_t heads,
+                                 int64_t first_pos, int64_t k0, const PagedRows& cache,
+                                 int64_t rank, int64_t rope, float scale) {
   const int64_t width = rank + rope;
   const int64_t k1 = std::min(k0 + kChunkKeys, first_pos + (r1 - 1) / heads + 1);
   for (int64_t i = 0; i < r1 - r0; ++i) {
@@ -177,19 +213,19 @@ KIMI_CLONES void AttendChunk(float* o, int64_t ldo, float* m, float* l, int64_t 
       float sc[kRows][kKeys];
       const float* q[kRows];
       for (int64_t i = 0; i < kRows; ++i) q[i] = qa + (i0 + std::min(i, mr - 1)) * width;
-      for (int64_t j0 = 0; j0 < nk; j0 += 4) {
+      for (int64_t j0 = 0; j0 < nk; j0 += Lanes<L>::kKeyTile) {
         switch (mr) {
           case 1:
-            Scores<1>(sc, j0, q, key, width);
+            Scores<L, 1>(sc, j0, q, key, width);
             break;
           case 2:
-            Scores<2>(sc, j0, q, key, width);
+            Scores<L, 2>(sc, j0, q, key, width);
             break;
           case 3:
-            Scores<3>(sc, j0, q, key, width);
+            Scores<L, 3>(sc, j0, q, key, width);
             break;
           default:
-            Scores<4>(sc, j0, q, key, width);
+            Scores<L, 4>(sc, j0, q, key, width);
             break;
         }
       }
@@ -217,21 +253,49 @@ KIMI_CLONES void AttendChunk(float* o, int64_t ldo, float* m, float* l, int64_t 
       }
       switch (mr) {
         case 1:
-          AddValues<1>(out, corr, p, visible, key, rank);
+          AddValues<L, 1>(out, corr, p, visible, key, rank);
           break;
         case 2:
-          AddValues<2>(out, corr, p, visible, key, rank);
+          AddValues<L, 2>(out, corr, p, visible, key, rank);
           break;
         case 3:
-          AddValues<3>(out, corr, p, visible, key, rank);
+          AddValues<L, 3>(out, corr, p, visible, key, rank);
           break;
         default:
-          AddValues<4>(out, corr, p, visible, key, rank);
+          AddValues<L, 4>(out, corr, p, visible, key, rank);
           break;
       }
     }
   }
 }
+
+// AttendChunkWith built for each instruction-set level (KIMI_CLONES cannot give each level its own
+// register tile: 16 accumulators of 16 lanes spill on AVX2, to several times the time), chosen by
+// the kernels' instruction set (MatMulIsa: the best the machine has, or KIMI_ISA / SetMatMulIsa,
+// so tests and users reach every build) within what the machine supports.
+#define KIMI_ATTEND_CHUNK_ARGS                                                                     \
+  float *o, int64_t ldo, float *m, float *l, int64_t ldm, const float *qa, int64_t r0, int64_t r1, \
+      int64_t heads, int64_t first_pos, int64_t k0, const PagedRows &cache, int64_t rank,          \
+      int64_t rope, float scale
+#define KIMI_ATTEND_CHUNK_PASS \
+  o, ldo, m, l, ldm, qa, r0, r1, heads, first_pos, k0, cache, rank, rope, scale
+__attribute__((target("arch=x86-64-v4"))) void AttendChunkV4(KIMI_ATTEND_CHUNK_ARGS) {
+  AttendChunkWith<16>(KIMI_ATTEND_CHUNK_PASS);
+}
+__attribute__((target("arch=x86-64-v3"))) void AttendChunkV3(KIMI_ATTEND_CHUNK_ARGS) {
+  AttendChunkWith<8>(KIMI_ATTEND_CHUNK_PASS);
+}
+void AttendChunkBaseline(KIMI_ATTEND_CHUNK_ARGS) { AttendChunkWith<4>(KIMI_ATTEND_CHUNK_PASS); }
+void AttendChunk(KIMI_ATTEND_CHUNK_ARGS) {
+  static const bool v4 = (__builtin_cpu_init(), __builtin_cpu_supports("x86-64-v4"));
+  static const bool v3 = __builtin_cpu_supports("x86-64-v3");
+  const Isa isa = MatMulIsa();
+  if (isa == Isa::kAvx512 && v4) return AttendChunkV4(KIMI_ATTEND_CHUNK_PASS);
+  if (isa != Isa::kScalar && v3) return AttendChunkV3(KIMI_ATTEND_CHUNK_PASS);
+  AttendChunkBaseline(KIMI_ATTEND_CHUNK_PASS);
+}
+#undef KIMI_ATTEND_CHUNK_ARGS
+#undef KIMI_ATTEND_CHUNK_PASS
 
 // A row's state over chunks 0 .. c - 1 (M, L, O) and chunk c's (m, l, o), merged into the first:
 // the one order in which every row's chunks are combined, however the work was split.

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/kernels/cpu/test_util.h"
 
@@ -91,6 +92,19 @@ struct LatentCache {
   PagedRows View() { return PagedRows{pool.data(), table.data(), kPage, width}; }
 };
 
+// Runs fn() once for every instruction set the machine has (MLA's key loops have their own
+// register tiles per set), then restores the one in use.
+template <class Fn>
+void ForEachIsa(const Fn& fn) {
+  const Isa saved = MatMulIsa();
+  for (const Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kScalar}) {
+    if (!SetMatMulIsa(isa)) continue;
+    SCOPED_TRACE(IsaName(isa));
+    fn();
+  }
+  SetMatMulIsa(saved);
+}
+
 // The latent attention over hundreds of keys (several key chunks, folded in order; at one token
 // the chunks are spread over the threads) against float64. Bound: each score sums up to 192 fp32
 // products of values in [-1, 1] (a relative error near 1e-6), and each output is a convex
@@ -105,28 +119,35 @@ TEST(Mla, LatentAttentionOverManyChunksMatchesDouble) {
     LatentCache cache(d.keys, width, 11);
     const auto qa = testing::RandomVector(d.tokens * d.heads * width, 12, -0.5f, 0.5f);
     const float scale = 0.125f;
-    std::vector<float> out(d.tokens * d.heads * d.rank);
-    MlaLatentAttention(out.data(), qa.data(), d.tokens, first_pos, cache.View(), d.heads, d.rank,
-                       d.rope, scale);
+    std::vector<double> want(d.tokens * d.heads * d.rank, 0.0);
     for (int64_t row = 0; row < d.tokens * d.heads; ++row) {
       const int64_t visible = first_pos + row / d.heads + 1;
       std::vector<double> p(visible);
       double mx = -1e300, den = 0.0;
       for (int64_t s = 0; s < visible; ++s) {
         double acc = 0.0;
-        for (int64_t c = 0; c < width; ++c)
+        for (int64_t c = 0; c < width; ++c) {
           acc += double{qa[row * width + c]} * cache.rows[s * width + c];
+        }
         p[s] = acc * scale;
         mx = std::max(mx, p[s]);
       }
       for (double& v : p) den += (v = std::exp(v - mx));
       for (int64_t c = 0; c < d.rank; ++c) {
-        double want = 0.0;
-        for (int64_t s = 0; s < visible; ++s) want += p[s] / den * cache.rows[s * width + c];
-        ASSERT_NEAR(out[row * d.rank + c], want, 1e-5)
-            << "heads " << d.heads << " keys " << d.keys << " row " << row << " column " << c;
+        for (int64_t s = 0; s < visible; ++s) {
+          want[row * d.rank + c] += p[s] / den * cache.rows[s * width + c];
+        }
       }
     }
+    ForEachIsa([&] {
+      std::vector<float> out(d.tokens * d.heads * d.rank);
+      MlaLatentAttention(out.data(), qa.data(), d.tokens, first_pos, cache.View(), d.heads, d.rank,
+                         d.rope, scale);
+      for (size_t i = 0; i < out.size(); ++i) {
+        ASSERT_NEAR(out[i], want[i], 1e-5) << "heads " << d.heads << " keys " << d.keys << " row "
+                                           << i / d.rank << " column " << i % d.rank;
+      }
+    });
   }
 }
 
@@ -138,21 +159,23 @@ TEST(Mla, LatentAttentionRowIsTheSameAloneOrInABatch) {
   const int64_t first_pos = keys - T;
   LatentCache cache(keys, width, 21);
   const auto qa = testing::RandomVector(T * heads * width, 22, -0.5f, 0.5f);
-  std::vector<float> together(T * heads * rank), alone(heads * rank);
-  MlaLatentAttention(together.data(), qa.data(), T, first_pos, cache.View(), heads, rank, rope,
-                     0.1f);
-  for (int threads : {1, 2, 3}) {
-    ThreadPool::Global().SetActiveThreads(std::min(threads, ThreadPool::Global().num_threads()));
-    for (int64_t t = 0; t < T; ++t) {
-      MlaLatentAttention(alone.data(), qa.data() + t * heads * width, 1, first_pos + t,
-                         cache.View(), heads, rank, rope, 0.1f);
-      for (int64_t i = 0; i < heads * rank; ++i) {
-        ASSERT_EQ(alone[i], together[t * heads * rank + i])
-            << "token " << t << " threads " << threads;
+  ForEachIsa([&] {
+    std::vector<float> together(T * heads * rank), alone(heads * rank);
+    MlaLatentAttention(together.data(), qa.data(), T, first_pos, cache.View(), heads, rank, rope,
+                       0.1f);
+    for (int threads : {1, 2, 3}) {
+      ThreadPool::Global().SetActiveThreads(std::min(threads, ThreadPool::Global().num_threads()));
+      for (int64_t t = 0; t < T; ++t) {
+        MlaLatentAttention(alone.data(), qa.data() + t * heads * width, 1, first_pos + t,
+                           cache.View(), heads, rank, rope, 0.1f);
+        for (int64_t i = 0; i < heads * rank; ++i) {
+          ASSERT_EQ(alone[i], together[t * heads * rank + i])
+              << "token " << t << " threads " << threads;
+        }
       }
     }
-  }
-  ThreadPool::Global().SetActiveThreads(0);
+    ThreadPool::Global().SetActiveThreads(0);
+  });
 }
 
 }  // namespace
