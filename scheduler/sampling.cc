@@ -131,9 +131,8 @@ float* Scratch(size_t n) {
   return buffer.data();
 }
 
-// log of the raw row's softmax normaliser: logprob(t) = x[t] - LogSumExp(x).
-double LogSumExp(std::span<const float> x) {
-  const float mx = MaxOf(x);
+// log of the raw row's softmax normaliser: logprob(t) = x[t] - LogSumExp(x); mx = MaxOf(x).
+double LogSumExp(std::span<const float> x, float mx) {
   return mx + std::log(ExpRow(x, mx, 1.0f, nullptr, nullptr));
 }
 
@@ -198,11 +197,10 @@ int32_t ArgMax(std::span<const float> l) {
 
 // Probability of each token under temperature, top-k, min-p and top-p, then the token whose
 // cumulative mass first exceeds u. Candidates are ordered by scaled logit (ties: lower id first);
-// with no filters the draw walks ids in order, which needs no sort.
-int32_t Draw(std::span<const float> l, const SamplingParams& p, double u) {
+// with no filters the draw walks ids in order, which needs no sort. top = MaxOf(l).
+int32_t Draw(std::span<const float> l, const SamplingParams& p, double u, float top) {
   const size_t V = l.size();
   const float inv_t = 1.0f / p.temperature;
-  const float top = MaxOf(l);
   const bool filtered =
       (p.top_k > 0 && static_cast<size_t>(p.top_k) < V) || p.top_p < 1.0f || p.min_p > 0.0f;
   if (!filtered) {
@@ -289,13 +287,21 @@ TokenChoice SampleToken(std::span<const float> logits, const SamplingParams& p,
     ApplyPenalties(adjusted, p, prompt, output);
     l = adjusted;
   }
+  // MaxOf(l), computed once, when first needed (the draw and the logprobs both need it).
+  float top_value = 0.0f;
+  bool top_known = false;
+  const auto top = [&] {
+    if (!top_known) top_value = MaxOf(l), top_known = true;
+    return top_value;
+  };
   if (p.temperature <= 0.0f) {
     choice.token = ArgMax(l);
   } else {
-    choice.token = Draw(l, p, UniformAt(p.seed, index));
+    choice.token = Draw(l, p, UniformAt(p.seed, index), top());
   }
   if (p.want_logprobs || p.logprobs > 0) {
-    const double lse = LogSumExp(logits);
+    // Without penalties l is the raw row: its maximum is already known.
+    const double lse = LogSumExp(logits, penalised ? MaxOf(logits) : top());
     choice.logprob = static_cast<float>(logits[choice.token] - lse);
     for (int32_t id : TopIds(logits, static_cast<size_t>(std::max(0, p.logprobs)))) {
       choice.top.emplace_back(id, static_cast<float>(logits[id] - lse));
