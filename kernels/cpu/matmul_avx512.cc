@@ -746,7 +746,9 @@ KIMI_ALWAYS_INLINE void GroupDots(const G& g, const uint16_t* xb, int64_t kp, in
 }
 
 // GroupsOneRow for bf16 x (paired passes, one cold thread, K = 2304-7168: 1.02-1.24x one group at a
-// time; 2 threads 1.12-1.18x; K = 1024 level). Not for MXFP4 (its decode: 0.75-0.98x).
+// time; 2 threads 1.12-1.18x; K = 1024 level). Not for MXFP4 (its decode: 0.75-0.98x). A copy
+// rather than GroupsOneRow taking the block loop as a parameter: that template is compiled under
+// the fp32 kernels' target, which cannot inline this section's bf16 dot products.
 template <class G>
 KIMI_ALWAYS_INLINE void GroupsOneRowBf16(const G* g, const uint16_t* xb, int64_t nb, float* y) {
   constexpr int NG = G::kGroupsAtOnce;
