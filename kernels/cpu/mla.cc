@@ -185,6 +185,21 @@ KIMI_INLINE void AddValues(float* const* o, const float* corr, const float (*p)[
 }
 #pragma GCC diagnostic pop
 
+// One chunk's work (AttendChunk): where its states go, the rows and the chunk.
+struct ChunkArgs {
+  float* o;  // row r0's unnormalised output; row r0 + i's at o + i * ldo
+  int64_t ldo;
+  float* m;  // row r0's largest scaled score and exp sum; row r0 + i's at m / l + i * ldm
+  float* l;
+  int64_t ldm;
+  const float* qa;  // every row's absorbed query, [T * heads, rank + rope]
+  int64_t r0, r1, heads, first_pos;
+  int64_t k0;  // the chunk's first key
+  const PagedRows* cache;
+  int64_t rank, rope;
+  float scale;
+};
+
 // The partial softmax state of rows [r0, r1) of the [T * heads] query rows over the keys of
 // chunk [k0, k0 + kChunkKeys) each row sees, row r at index i = r - r0: m[i * ldm] (the largest
 // scaled score), l[i * ldm] (the sum of exp(score - m)) and o + i * ldo (the sum of
@@ -192,11 +207,14 @@ KIMI_INLINE void AddValues(float* const* o, const float* corr, const float (*p)[
 // block of kKeys keys with an online softmax, every row of a tile against the same keys. A row's
 // arithmetic does not depend on the other rows of its tile or range.
 template <int L>
-KIMI_INLINE void AttendChunkWith(float* o, int64_t ldo, float* m, float* l, int64_t ldm,
-                                 const float* qa, int64_t r0, int64_t r1, int64_t heads,
-                                 int64_t first_pos, int64_t k0, const PagedRows& cache,
-                                 int64_t rank, int64_t rope, float scale) {
-  const int64_t width = rank + rope;
+KIMI_INLINE void AttendChunkWith(const ChunkArgs& a) {
+  float *const o = a.o, *const m = a.m, *const l = a.l;
+  const int64_t ldo = a.ldo, ldm = a.ldm, r0 = a.r0, r1 = a.r1, heads = a.heads;
+  const int64_t first_pos = a.first_pos, k0 = a.k0, rank = a.rank;
+  const float* qa = a.qa;
+  const PagedRows& cache = *a.cache;
+  const float scale = a.scale;
+  const int64_t width = rank + a.rope;
   const int64_t k1 = std::min(k0 + kChunkKeys, first_pos + (r1 - 1) / heads + 1);
   for (int64_t i = 0; i < r1 - r0; ++i) {
     m[i * ldm] = -std::numeric_limits<float>::infinity();
@@ -273,29 +291,21 @@ KIMI_INLINE void AttendChunkWith(float* o, int64_t ldo, float* m, float* l, int6
 // register tile: 16 accumulators of 16 lanes spill on AVX2, to several times the time), chosen by
 // the kernels' instruction set (MatMulIsa: the best the machine has, or KIMI_ISA / SetMatMulIsa,
 // so tests and users reach every build) within what the machine supports.
-#define KIMI_ATTEND_CHUNK_ARGS                                                                     \
-  float *o, int64_t ldo, float *m, float *l, int64_t ldm, const float *qa, int64_t r0, int64_t r1, \
-      int64_t heads, int64_t first_pos, int64_t k0, const PagedRows &cache, int64_t rank,          \
-      int64_t rope, float scale
-#define KIMI_ATTEND_CHUNK_PASS \
-  o, ldo, m, l, ldm, qa, r0, r1, heads, first_pos, k0, cache, rank, rope, scale
-__attribute__((target("arch=x86-64-v4"))) void AttendChunkV4(KIMI_ATTEND_CHUNK_ARGS) {
-  AttendChunkWith<16>(KIMI_ATTEND_CHUNK_PASS);
+__attribute__((target("arch=x86-64-v4"))) void AttendChunkV4(const ChunkArgs& a) {
+  AttendChunkWith<16>(a);
 }
-__attribute__((target("arch=x86-64-v3"))) void AttendChunkV3(KIMI_ATTEND_CHUNK_ARGS) {
-  AttendChunkWith<8>(KIMI_ATTEND_CHUNK_PASS);
+__attribute__((target("arch=x86-64-v3"))) void AttendChunkV3(const ChunkArgs& a) {
+  AttendChunkWith<8>(a);
 }
-void AttendChunkBaseline(KIMI_ATTEND_CHUNK_ARGS) { AttendChunkWith<4>(KIMI_ATTEND_CHUNK_PASS); }
-void AttendChunk(KIMI_ATTEND_CHUNK_ARGS) {
+void AttendChunkBaseline(const ChunkArgs& a) { AttendChunkWith<4>(a); }
+void AttendChunk(const ChunkArgs& a) {
   static const bool v4 = (__builtin_cpu_init(), __builtin_cpu_supports("x86-64-v4"));
   static const bool v3 = __builtin_cpu_supports("x86-64-v3");
   const Isa isa = MatMulIsa();
-  if (isa == Isa::kAvx512 && v4) return AttendChunkV4(KIMI_ATTEND_CHUNK_PASS);
-  if (isa != Isa::kScalar && v3) return AttendChunkV3(KIMI_ATTEND_CHUNK_PASS);
-  AttendChunkBaseline(KIMI_ATTEND_CHUNK_PASS);
+  if (isa == Isa::kAvx512 && v4) return AttendChunkV4(a);
+  if (isa != Isa::kScalar && v3) return AttendChunkV3(a);
+  AttendChunkBaseline(a);
 }
-#undef KIMI_ATTEND_CHUNK_ARGS
-#undef KIMI_ATTEND_CHUNK_PASS
 
 // A row's state over chunks 0 .. c - 1 (M, L, O) and chunk c's (m, l, o), merged into the first:
 // the one order in which every row's chunks are combined, however the work was split.
@@ -317,8 +327,8 @@ KIMI_CLONES void AttendRows(float* out_lat, const float* qa, int64_t r0, int64_t
   const int64_t last_key = first_pos + (r1 - 1) / heads + 1;  // keys the last row sees
   for (int64_t k0 = 0; k0 < last_key; k0 += kChunkKeys) {
     if (k0 == 0) {  // the first chunk is every row's state so far
-      AttendChunk(out_lat + r0 * rank, rank, M.data(), L.data(), 1, qa, r0, r1, heads, first_pos,
-                  k0, cache, rank, rope, scale);
+      AttendChunk({out_lat + r0 * rank, rank, M.data(), L.data(), 1, qa, r0, r1, heads, first_pos,
+                   k0, &cache, rank, rope, scale});
       continue;
     }
     // Rows before `first` see none of this chunk.
@@ -326,8 +336,8 @@ KIMI_CLONES void AttendRows(float* out_lat, const float* qa, int64_t r0, int64_t
     while (first < r1 && first_pos + first / heads + 1 <= k0) ++first;
     if (first == r1) continue;
     const int64_t at = first - r0;
-    AttendChunk(&o[at * rank], rank, &m[at], &l[at], 1, qa, first, r1, heads, first_pos, k0, cache,
-                rank, rope, scale);
+    AttendChunk({&o[at * rank], rank, &m[at], &l[at], 1, qa, first, r1, heads, first_pos, k0,
+                 &cache, rank, rope, scale});
     for (int64_t r = first; r < r1; ++r) {
       FoldChunk(M[r - r0], L[r - r0], out_lat + r * rank, m[r - r0], l[r - r0], &o[(r - r0) * rank],
                 rank);
@@ -392,8 +402,8 @@ void MlaLatentAttention(float* out_lat, const float* qa, int64_t T, int64_t firs
       if (first == rows) continue;
       // Row r's chunk c: o at state[(r * chunks + c) * stride], m and l after it.
       float* base = state.data() + (first * chunks + c) * stride;
-      AttendChunk(base, chunks * stride, base + rank, base + rank + 1, chunks * stride, qa, first,
-                  rows, heads, first_pos, c * kChunkKeys, cache, rank, rope, scale);
+      AttendChunk({base, chunks * stride, base + rank, base + rank + 1, chunks * stride, qa, first,
+                   rows, heads, first_pos, c * kChunkKeys, &cache, rank, rope, scale});
     }
   });
   FoldRows(out_lat, state.data(), chunks, 0, rows, heads, first_pos, rank);
