@@ -53,42 +53,39 @@ typedef float Floats16 __attribute__((vector_size(64)));
 typedef double Doubles8 __attribute__((vector_size(64)));
 typedef float Floats8 __attribute__((vector_size(32)));
 
+// Lane j of the result = the largest of x[j], x[j + 16], ... (n a multiple of 16; -inf for none;
+// NaNs are passed over).
+inline __attribute__((always_inline)) Floats16 LaneMaxima(const float* x, size_t n) {
+  Floats16 lanes;
+  for (int j = 0; j < 16; ++j) lanes[j] = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < n; i += 16) {
+    Floats16 v;
+    std::memcpy(&v, x + i, sizeof v);
+    lanes = v > lanes ? v : lanes;
+  }
+  return lanes;
+}
+inline __attribute__((always_inline)) float LargestLane(Floats16 lanes) {
+  float l[16];
+  std::memcpy(l, &lanes, sizeof l);
+  return *std::max_element(std::begin(l), std::end(l));
+}
+
+KIMI_ROW_LOOP float MaxOf(std::span<const float> x) {
+  const size_t whole = x.size() / 16 * 16;
+  float m = LargestLane(LaneMaxima(x.data(), whole));
+  for (size_t i = whole; i < x.size(); ++i) m = std::max(m, x[i]);
+  return m;
+}
+
 // maxima[r] = the largest of x[r * kRun, (r + 1) * kRun) for every whole run of x, in one pass
 // (MaxOf called run by run paid its dispatch and lane set-up for every 64 values: a third of a
 // 100k-vocabulary row's sampling).
 constexpr size_t kRun = 64;
 KIMI_ROW_LOOP void RunMaxima(std::span<const float> x, float* maxima) {
   for (size_t r = 0; (r + 1) * kRun <= x.size(); ++r) {
-    Floats16 lanes;  // as MaxOf: NaNs are passed over
-    for (int j = 0; j < 16; ++j) lanes[j] = -std::numeric_limits<float>::infinity();
-    for (size_t i = 0; i < kRun; i += 16) {
-      Floats16 v;
-      std::memcpy(&v, x.data() + r * kRun + i, sizeof v);
-      lanes = v > lanes ? v : lanes;
-    }
-    float l[16];
-    std::memcpy(l, &lanes, sizeof l);
-    for (int w = 8; w > 0; w /= 2) {
-      for (int j = 0; j < w; ++j) l[j] = l[j + w] > l[j] ? l[j + w] : l[j];
-    }
-    maxima[r] = l[0];
+    maxima[r] = LargestLane(LaneMaxima(x.data() + r * kRun, kRun));
   }
-}
-
-KIMI_ROW_LOOP float MaxOf(std::span<const float> x) {
-  Floats16 lanes;
-  for (int j = 0; j < 16; ++j) lanes[j] = -std::numeric_limits<float>::infinity();
-  size_t i = 0;
-  for (; i + 16 <= x.size(); i += 16) {
-    Floats16 v;
-    std::memcpy(&v, x.data() + i, sizeof v);
-    lanes = v > lanes ? v : lanes;  // NaNs are passed over
-  }
-  float l[16];
-  std::memcpy(l, &lanes, sizeof l);
-  float m = *std::max_element(std::begin(l), std::end(l));
-  for (; i < x.size(); ++i) m = std::max(m, x[i]);
-  return m;
 }
 
 // Blocks of a row whose exp sums are kept, so a draw finds its block and walks only that one.

@@ -307,6 +307,12 @@ void AttendChunk(const ChunkArgs& a) {
   AttendChunkBaseline(a);
 }
 
+// The first of rows [r0, r1) that sees key k0 (row r sees keys 0 .. first_pos + r / heads); r1 if
+// none does.
+int64_t FirstRowSeeing(int64_t k0, int64_t r0, int64_t r1, int64_t heads, int64_t first_pos) {
+  return std::min(r1, std::max(r0, (k0 - first_pos) * heads));
+}
+
 // A row's state over chunks 0 .. c - 1 (M, L, O) and chunk c's (m, l, o), merged into the first:
 // the one order in which every row's chunks are combined, however the work was split.
 KIMI_INLINE void FoldChunk(float& M, float& L, float* O, float m, float l, const float* o,
@@ -331,9 +337,7 @@ KIMI_CLONES void AttendRows(float* out_lat, const float* qa, int64_t r0, int64_t
                    k0, &cache, rank, rope, scale});
       continue;
     }
-    // Rows before `first` see none of this chunk.
-    int64_t first = r0;
-    while (first < r1 && first_pos + first / heads + 1 <= k0) ++first;
+    const int64_t first = FirstRowSeeing(k0, r0, r1, heads, first_pos);
     if (first == r1) continue;
     const int64_t at = first - r0;
     AttendChunk({&o[at * rank], rank, &m[at], &l[at], 1, qa, first, r1, heads, first_pos, k0,
@@ -352,10 +356,10 @@ KIMI_CLONES void AttendRows(float* out_lat, const float* qa, int64_t r0, int64_t
 
 // Few rows over many keys (decode): the chunks spread over the threads (all rows of a chunk
 // together), each chunk's state kept, then every row's chunks folded in order as AttendRows does.
-KIMI_CLONES void FoldRows(float* out_lat, const float* state, int64_t chunks, int64_t r0,
-                          int64_t r1, int64_t heads, int64_t first_pos, int64_t rank) {
+KIMI_CLONES void FoldRows(float* out_lat, const float* state, int64_t chunks, int64_t rows,
+                          int64_t heads, int64_t first_pos, int64_t rank) {
   const int64_t stride = rank + 2;  // per (row, chunk): o, then m and l
-  for (int64_t r = r0; r < r1; ++r) {
+  for (int64_t r = 0; r < rows; ++r) {
     const int64_t seen = (first_pos + r / heads + kChunkKeys) / kChunkKeys;  // chunks it sees
     const float* st = state + r * chunks * stride;
     float* out = out_lat + r * rank;
@@ -396,9 +400,7 @@ void MlaLatentAttention(float* out_lat, const float* qa, int64_t T, int64_t firs
   std::vector<float> state(rows * chunks * stride, std::numeric_limits<float>::quiet_NaN());
   ParallelFor(chunks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
-      // Rows before `first` see none of this chunk.
-      int64_t first = 0;
-      while (first < rows && first_pos + first / heads + 1 <= c * kChunkKeys) ++first;
+      const int64_t first = FirstRowSeeing(c * kChunkKeys, 0, rows, heads, first_pos);
       if (first == rows) continue;
       // Row r's chunk c: o at state[(r * chunks + c) * stride], m and l after it.
       float* base = state.data() + (first * chunks + c) * stride;
@@ -406,7 +408,7 @@ void MlaLatentAttention(float* out_lat, const float* qa, int64_t T, int64_t firs
                    rows, heads, first_pos, c * kChunkKeys, &cache, rank, rope, scale});
     }
   });
-  FoldRows(out_lat, state.data(), chunks, 0, rows, heads, first_pos, rank);
+  FoldRows(out_lat, state.data(), chunks, rows, heads, first_pos, rank);
 }
 
 void MlaAttention(float* out, const float* q, int64_t T, int64_t first_pos, const PagedRows& cache,

@@ -53,6 +53,17 @@ struct Context {
 // --- timing ------------------------------------------------------------------------------------
 double Now();
 double Median(std::vector<double> v);
+// Median seconds of `reps` calls of fn().
+template <class F>
+double MedianSeconds(int reps, const F& fn) {
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = Now();
+    fn();
+    t.push_back(Now() - t0);
+  }
+  return Median(t);
+}
 
 // Machine CPU used by other processes while a measurement ran, as a fraction of all cores.
 class CpuMeter {

@@ -113,13 +113,12 @@ void RunMatvecBf16(const Context& ctx) {
   const double bytes = static_cast<double>(kBf16Count) * ms[0]->w.Bytes();
   const auto rate = [&](cpu::ActivationDtype activations) {
     cpu::ActivationScope scope(activations);
-    std::vector<double> t;
-    for (int i = 0; i < 5; ++i) {
-      const double t0 = Now();
-      for (const auto& m : ms) cpu::MatMul(y.data(), x.data(), m->w, 1);
-      t.push_back(Now() - t0);
-    }
-    return bytes / Median(t) / 1e9;
+    return bytes /
+           MedianSeconds(5,
+                         [&] {
+                           for (const auto& m : ms) cpu::MatMul(y.data(), x.data(), m->w, 1);
+                         }) /
+           1e9;
   };
   rate(cpu::ActivationDtype::kF32);  // first touch
   // The opt-in bf16 activations (kernels/cpu/matmul.h) where the machine has the dot product.
@@ -170,13 +169,7 @@ void RunMatvec(const Context& ctx) {
   const double bytes = static_cast<double>(ours.w.Bytes());
   constexpr int kReps = 10;
   const auto rate = [&](const Weight& w) {
-    std::vector<double> t;
-    for (int i = 0; i < kReps; ++i) {
-      const double t0 = Now();
-      cpu::MatMul(y.data(), x.data(), w, 1);
-      t.push_back(Now() - t0);
-    }
-    return bytes / Median(t) / 1e9;
+    return bytes / MedianSeconds(kReps, [&] { cpu::MatMul(y.data(), x.data(), w, 1); }) / 1e9;
   };
   rate(ours.w);  // first touch
   rate(blocks.w);
