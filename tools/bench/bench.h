@@ -90,12 +90,27 @@ double StreamReadGBps(const std::vector<std::span<const uint8_t>>& regions, int 
 std::unique_ptr<Model> LoadPreset(const Context& ctx, const std::string& preset);
 
 // --- figure groups (each emits the figures it measures that the filter wants) -------------------
-struct GemmPeaks {  // best library GEMM of this run, GFLOP/s (0 when not measured)
-  double bf16 = 0.0;  // bf16 activations x bf16 weights
-  double f32 = 0.0;   // fp32 activations x fp32 weights
+// The best GEMM on this machine, measured on demand over a prefill-shaped product: oneDNN matmul
+// (bf16, f32) and OpenBLAS sgemm where the build found them, else our own MatMul. A figure whose
+// roof is a GEMM rate measures it in each of its own rounds: on a shared host the core clock, not
+// only the memory bandwidth, changes by the minute (a dependent add chain ran at 1.4 and at 3.5
+// GHz within an hour on the Zen 5 host).
+class GemmPeakMeter {
+ public:
+  GemmPeakMeter();
+  ~GemmPeakMeter();
+  GemmPeakMeter(const GemmPeakMeter&) = delete;
+  GemmPeakMeter& operator=(const GemmPeakMeter&) = delete;
+  // GFLOP/s now with bf16 or fp32 activations (about a second, libraries settled afterwards).
+  double Measure(bool bf16);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  friend void RunGemm(const Context& ctx, GemmPeakMeter& meter);
 };
-GemmPeaks RunGemm(const Context& ctx, bool emit);
-void RunDecode(const Context& ctx, const std::string& preset, const GemmPeaks& peaks);
+void RunGemm(const Context& ctx, GemmPeakMeter& meter);
+void RunDecode(const Context& ctx, const std::string& preset, GemmPeakMeter* meter);
 void RunAttentionScaling(const Context& ctx);
 void RunMlaDecode(const Context& ctx);
 void RunState(const Context& ctx);

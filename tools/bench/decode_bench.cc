@@ -5,9 +5,11 @@
 // (same pages, same huge-page treatment) measured in the same rounds; ratio = value / baseline.
 // bN: value = median step time; baseline = roofline step time
 //     max(weight bytes touched in the step / read bandwidth, matmul flops / GEMM peak)
-// with the bandwidth from the same rounds and the peak the best library GEMM of this run at the
-// activation precision the engine uses (fp32); ratio = roofline / measured.
+// with the bandwidth and the peak (the best library GEMM at the step's activation precision,
+// GemmPeakMeter) measured in each round beside the steps; ratio = median of the rounds' roofline /
+// measured.
 #include <algorithm>
+#include <cassert>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -194,14 +196,13 @@ void DecodeB1(const Context& ctx, const std::string& preset, const Model& m) {
 }
 
 void DecodeBatched(const Context& ctx, const std::string& preset, const Model& m, int n,
-                   const GemmPeaks& peaks, bool bf16) {
+                   GemmPeakMeter* meter, bool bf16) {
   const std::string name = absl::StrCat("decode.b", n, ".", preset, bf16 ? ".bf16" : "");
   if (!ctx.Wants(name)) return;
   if (bf16 && !cpu::HasBf16DotProduct()) return;
   const int steps = std::max(ctx.profile_steps, n >= 32 ? 3 : 5);
   EngineOptions options;
   if (bf16) options.activation = cpu::ActivationDtype::kBf16;
-  const double peak = bf16 ? peaks.bf16 : peaks.f32;
   DecodeBatch batch(m, n, 16 + (ctx.repeats + 2) * steps + 8, options);
   batch.Prefill(8);
   batch.Step();  // warm-up
@@ -212,35 +213,40 @@ void DecodeBatched(const Context& ctx, const std::string& preset, const Model& m
                             1e3 * Median(t), ctx.profile_steps));
     return;
   }
+  assert(meter != nullptr);  // built whenever a batched figure runs with baselines
   const StepCost cost = MeasureStepCost(m, batch);
   const auto regions = m.WeightRegions();
-  std::vector<double> bw, step, other, ratios;
+  const double bytes = static_cast<double>(cost.weight_bytes);
+  const double flops = static_cast<double>(cost.flops);
+  std::vector<double> bw, peak, step, other, roofs, ratios;
+  int compute_bound = 0;
   for (int r = 0; r < ctx.repeats; ++r) {
     WaitForIdle(ctx.idle_wait_s);
-    CpuMeter meter;
+    CpuMeter cpu_meter;
     bw.push_back(StreamReadGBps(regions, cpu::ThreadPool::Global().num_threads()));
+    peak.push_back(meter->Measure(bf16));
     std::vector<double> t;
     for (int i = 0; i < steps; ++i) t.push_back(batch.Step());
     step.push_back(Median(t));
-    other.push_back(meter.OtherFraction());
-    const double roof = std::max(static_cast<double>(cost.weight_bytes) / (bw.back() * 1e9),
-                                 peak > 0 ? static_cast<double>(cost.flops) / (peak * 1e9) : 0.0);
-    ratios.push_back(roof / step.back());
+    other.push_back(cpu_meter.OtherFraction());
+    const double t_mem = bytes / (bw.back() * 1e9);
+    const double t_compute = peak.back() > 0 ? flops / (peak.back() * 1e9) : 0.0;
+    compute_bound += t_compute > t_mem ? 1 : 0;
+    roofs.push_back(std::max(t_mem, t_compute));
+    ratios.push_back(roofs.back() / step.back());
   }
-  const double bw_med = Median(bw), step_med = Median(step);
-  const double t_mem = static_cast<double>(cost.weight_bytes) / (bw_med * 1e9);
-  const double t_f32 = peaks.f32 > 0 ? static_cast<double>(cost.flops) / (peaks.f32 * 1e9) : 0.0;
-  const double t_bf16 = peaks.bf16 > 0 ? static_cast<double>(cost.flops) / (peaks.bf16 * 1e9) : 0.0;
-  const double t_compute = bf16 ? t_bf16 : t_f32;
-  const double roof = std::max(t_mem, t_compute);
+  const double step_med = Median(step);
   Figure f;
   f.name = name;
   f.value = 1e3 * step_med;
   f.unit = "ms";
-  f.baseline = 1e3 * roof;
+  f.baseline = 1e3 * Median(roofs);
   f.ratio = Median(ratios);
-  f.note = absl::StrFormat("step time; baseline: roofline max(bytes/BW, flops/%s GEMM peak), %s-bound",
-                           bf16 ? "bf16" : "fp32", t_mem >= t_compute ? "memory" : "compute");
+  f.note = absl::StrFormat(
+      "step time; baseline: roofline max(bytes/BW, flops/%s GEMM peak), both per round, "
+      "%s-bound in %d of %d rounds",
+      bf16 ? "bf16" : "fp32", compute_bound * 2 > ctx.repeats ? "compute" : "memory",
+      compute_bound * 2 > ctx.repeats ? compute_bound : ctx.repeats - compute_bound, ctx.repeats);
   f.detail["activations"] = bf16 ? "bf16" : "fp32";
   f.detail["batch"] = n;
   f.detail["tokens_per_s"] = n / step_med;
@@ -248,21 +254,24 @@ void DecodeBatched(const Context& ctx, const std::string& preset, const Model& m
   f.detail["matmul_flops"] = cost.flops;
   f.detail["experts_hit"] = cost.experts_hit;
   f.detail["experts_total"] = cost.experts_total;
-  f.detail["bw_GBps"] = bw_med;
-  f.detail["gemm_peak_f32_GFLOPs"] = peaks.f32;
-  f.detail["gemm_peak_bf16_GFLOPs"] = peaks.bf16;
-  f.detail["roofline_ms_memory"] = 1e3 * t_mem;
-  f.detail["roofline_ms_compute_f32"] = 1e3 * t_f32;
-  f.detail["roofline_ms_compute_bf16"] = 1e3 * t_bf16;
-  f.detail["achieved_GFLOPs"] = static_cast<double>(cost.flops) / step_med / 1e9;
+  f.detail["bw_GBps"] = Median(bw);
+  f.detail["gemm_peak_GFLOPs"] = Median(peak);
+  f.detail["roofline_ms_memory"] = 1e3 * bytes / (Median(bw) * 1e9);
+  f.detail["roofline_ms_compute"] = Median(peak) > 0 ? 1e3 * flops / (Median(peak) * 1e9) : 0.0;
+  f.detail["achieved_GFLOPs"] = flops / step_med / 1e9;
   f.detail["per_round_ratio"] = ratios;
+  f.detail["per_round_bw_GBps"] = bw;
+  f.detail["per_round_gemm_peak_GFLOPs"] = peak;
+  std::vector<double> step_ms;
+  for (double t : step) step_ms.push_back(1e3 * t);
+  f.detail["per_round_step_ms"] = step_ms;
   f.detail["other_cpu_median"] = Median(other);
   ctx.Emit(f);
 }
 
 }  // namespace
 
-void RunDecode(const Context& ctx, const std::string& preset, const GemmPeaks& peaks) {
+void RunDecode(const Context& ctx, const std::string& preset, GemmPeakMeter* meter) {
   std::vector<std::string> names = {"decode.b1." + preset, "decode.b1." + preset + ".t1"};
   for (int n : {8, 32, 64}) {
     names.push_back(absl::StrCat("decode.b", n, ".", preset));
@@ -273,7 +282,7 @@ void RunDecode(const Context& ctx, const std::string& preset, const GemmPeaks& p
   if (!m) return;
   DecodeB1(ctx, preset, *m);
   for (bool bf16 : {false, true}) {
-    for (int n : {8, 32, 64}) DecodeBatched(ctx, preset, *m, n, peaks, bf16);
+    for (int n : {8, 32, 64}) DecodeBatched(ctx, preset, *m, n, meter, bf16);
   }
 }
 

@@ -101,83 +101,122 @@ class DnnlGemm {
 
 }  // namespace
 
-GemmPeaks RunGemm(const Context& ctx, bool emit) {
-  GemmPeaks peaks;
-  const bool want_f32 = emit && ctx.Wants("prefill.gemm");
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> x(kM * kK), wf(kN * kK);
-  for (float& v : x) v = dist(rng);
-  for (float& v : wf) v = dist(rng) * 0.05f;
-  std::vector<uint16_t> wb(kN * kK);
-  for (size_t i = 0; i < wb.size(); ++i) {
-    wb[i] = F32ToBf16(wf[i]);
-    wf[i] = Bf16ToF32(wb[i]);  // every GEMM sees the same weight values
+// The prefill-shaped product and the library GEMMs over it, built once: RunGemm times them
+// beside our MatMul, and the batched decode figures take their compute roof from them in each of
+// their own rounds.
+struct GemmPeakMeter::Impl {
+  Impl() : x(kM * kK), wf(kN * kK), wb(kN * kK), y(kM * kN) {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (float& v : x) v = dist(rng);
+    for (float& v : wf) v = dist(rng) * 0.05f;
+    for (size_t i = 0; i < wb.size(); ++i) {
+      wb[i] = F32ToBf16(wf[i]);
+      wf[i] = Bf16ToF32(wb[i]);  // every GEMM sees the same weight values
+    }
+    w.data = wb.data();
+    w.format = WeightFormat::kBF16;
+    w.rows = kN;
+    w.cols = kK;
+    cpu::PackInPlace(&w);  // as the engine holds its weights
+#ifdef KIMI_BENCH_HAVE_DNNL
+    dnnl_bf16 = DnnlGemm::Make(dnnl::memory::data_type::bf16, x, wf);
+    dnnl_f32 = DnnlGemm::Make(dnnl::memory::data_type::f32, x, wf);
+#endif
+#ifdef KIMI_BENCH_HAVE_OPENBLAS
+    openblas_set_num_threads(cpu::ThreadPool::Global().num_threads());
+#endif
   }
-  Weight w;
-  w.data = wb.data();
-  w.format = WeightFormat::kBF16;
-  w.rows = kN;
-  w.cols = kK;
-  cpu::PackInPlace(&w);  // as the engine holds its weights
-  std::vector<float> y(kM * kN);
-  const double flops = 2.0 * kM * kN * kK;
-  const int threads = cpu::ThreadPool::Global().num_threads();
+  static constexpr double kFlops = 2.0 * kM * kN * kK;
 
+  // GFLOP/s of each library now; 0 when the build or the machine lacks it.
+  double OneDnnBf16() {
 #ifdef KIMI_BENCH_HAVE_DNNL
-  const std::unique_ptr<DnnlGemm> dnnl_bf16 = DnnlGemm::Make(dnnl::memory::data_type::bf16, x, wf);
-  const std::unique_ptr<DnnlGemm> dnnl_f32 = DnnlGemm::Make(dnnl::memory::data_type::f32, x, wf);
+    if (dnnl_bf16) return Rate([&] { dnnl_bf16->Run(); }, kFlops);
 #endif
-#ifdef KIMI_BENCH_HAVE_OPENBLAS
-  openblas_set_num_threads(threads);
-#endif
-  std::vector<double> ours, ours_bf16, d_bf16, d_f32, blas, ratios, ratios_bf16, other;
-  const bool want_bf16 = emit && ctx.Wants("prefill.gemm.bf16") && cpu::HasBf16DotProduct();
-  const bool run_bf16 = want_bf16 || cpu::HasBf16DotProduct();  // also the bf16 roof's fallback
-  for (int r = 0; r < ctx.repeats; ++r) {
-    WaitForIdle(ctx.idle_wait_s);
-    CpuMeter meter;
-    double best = 0.0;
+    return 0.0;
+  }
+  double OneDnnF32() {
 #ifdef KIMI_BENCH_HAVE_DNNL
-    if (dnnl_bf16) {
-      d_bf16.push_back(Rate([&] { dnnl_bf16->Run(); }, flops));
-      best = std::max(best, d_bf16.back());
-    }
-    if (dnnl_f32) {
-      d_f32.push_back(Rate([&] { dnnl_f32->Run(); }, flops));
-      best = std::max(best, d_f32.back());
-    }
+    if (dnnl_f32) return Rate([&] { dnnl_f32->Run(); }, kFlops);
 #endif
+    return 0.0;
+  }
+  double Blas() {
 #ifdef KIMI_BENCH_HAVE_OPENBLAS
-    blas.push_back(Rate(
+    return Rate(
         [&] {
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kM, kN, kK, 1.0f, x.data(), kK,
                       wf.data(), kK, 0.0f, y.data(), kN);
         },
-        flops));
-    best = std::max(best, blas.back());
+        kFlops);
+#else
+    return 0.0;
 #endif
+  }
+  // Our MatMul on the same product, fp32 or bf16 activations.
+  double Ours(bool bf16) {
+    const cpu::ActivationScope scope(bf16 ? cpu::ActivationDtype::kBf16
+                                          : cpu::ActivationDtype::kF32);
+    return Rate([&] { cpu::MatMul(y.data(), x.data(), w, kM); }, kFlops);
+  }
+
+  std::vector<float> x, wf;
+  std::vector<uint16_t> wb;
+  std::vector<float> y;
+  Weight w;
+#ifdef KIMI_BENCH_HAVE_DNNL
+  std::unique_ptr<DnnlGemm> dnnl_bf16, dnnl_f32;
+#endif
+};
+
+GemmPeakMeter::GemmPeakMeter() : impl_(std::make_unique<Impl>()) {}
+GemmPeakMeter::~GemmPeakMeter() = default;
+
+double GemmPeakMeter::Measure(bool bf16) {
+  double peak = 0.0;
+  if (bf16) {
+    peak = impl_->OneDnnBf16();
+  } else {
+    peak = std::max(impl_->OneDnnF32(), impl_->Blas());
+  }
+  Settle();
+  // No library for this precision: our own kernel is the roof.
+  if (peak == 0.0 && (!bf16 || cpu::HasBf16DotProduct())) peak = impl_->Ours(bf16);
+  return peak;
+}
+
+void RunGemm(const Context& ctx, GemmPeakMeter& meter) {
+  const bool want_f32 = ctx.Wants("prefill.gemm");
+  const bool want_bf16 = ctx.Wants("prefill.gemm.bf16") && cpu::HasBf16DotProduct();
+  if (!want_f32 && !want_bf16) return;
+  GemmPeakMeter::Impl& g = *meter.impl_;
+  const int threads = cpu::ThreadPool::Global().num_threads();
+  std::vector<double> ours, ours_bf16, d_bf16, d_f32, blas, ratios, ratios_bf16, other;
+  for (int r = 0; r < ctx.repeats; ++r) {
+    WaitForIdle(ctx.idle_wait_s);
+    CpuMeter meter_cpu;
+    d_bf16.push_back(g.OneDnnBf16());
+    d_f32.push_back(g.OneDnnF32());
+    blas.push_back(g.Blas());
+    const double best = std::max({d_bf16.back(), d_f32.back(), blas.back()});
     Settle();
-    ours.push_back(Rate([&] { cpu::MatMul(y.data(), x.data(), w, kM); }, flops));
-    if (run_bf16) {
-      const cpu::ActivationScope bf16(cpu::ActivationDtype::kBf16);
-      ours_bf16.push_back(Rate([&] { cpu::MatMul(y.data(), x.data(), w, kM); }, flops));
-      if (!d_bf16.empty()) ratios_bf16.push_back(ours_bf16.back() / d_bf16.back());
+    ours.push_back(g.Ours(/*bf16=*/false));
+    if (want_bf16) {
+      ours_bf16.push_back(g.Ours(/*bf16=*/true));
+      if (d_bf16.back() > 0) ratios_bf16.push_back(ours_bf16.back() / d_bf16.back());
     }
     Settle();
-    other.push_back(meter.OtherFraction());
+    other.push_back(meter_cpu.OtherFraction());
     if (best > 0) ratios.push_back(ours.back() / best);
   }
-  peaks.bf16 = Median(d_bf16);
-  if (peaks.bf16 == 0.0) peaks.bf16 = Median(ours_bf16);
-  peaks.f32 = std::max(Median(d_f32), Median(blas));
-  if (peaks.f32 == 0.0) peaks.f32 = Median(ours);  // no library: our own kernel is the roof
+  const double best_f32 = std::max(Median(d_f32), Median(blas));
   if (want_f32) {
     Figure f;
     f.name = "prefill.gemm";
     f.value = Median(ours);
     f.unit = "GFLOP/s";
-    const double best = std::max(peaks.bf16, std::max(Median(d_f32), Median(blas)));
+    const double best = std::max(Median(d_bf16), best_f32);
     if (best > 0) {
       f.baseline = best;
       f.ratio = Median(ratios);
@@ -186,13 +225,10 @@ GemmPeaks RunGemm(const Context& ctx, bool emit) {
         "MatMul %ldx%ldx%ld, bf16 weights, fp32 activations, %d threads; baseline: best library "
         "GEMM",
         kM, kN, kK, threads);
-    f.detail["onednn_bf16_GFLOPs"] = peaks.bf16;
+    f.detail["onednn_bf16_GFLOPs"] = Median(d_bf16);
     f.detail["onednn_f32_GFLOPs"] = Median(d_f32);
     f.detail["openblas_sgemm_GFLOPs"] = Median(blas);
-    f.detail["ratio_to_best_fp32_activation_gemm"] =
-        std::max(Median(d_f32), Median(blas)) > 0
-            ? Median(ours) / std::max(Median(d_f32), Median(blas))
-            : 0.0;
+    f.detail["ratio_to_best_fp32_activation_gemm"] = best_f32 > 0 ? Median(ours) / best_f32 : 0.0;
     f.detail["per_round_ours"] = ours;
     f.detail["isa"] = cpu::IsaName(cpu::MatMulIsa());
     f.detail["other_cpu_median"] = Median(other);
@@ -213,7 +249,6 @@ GemmPeaks RunGemm(const Context& ctx, bool emit) {
     f.detail["other_cpu_median"] = Median(other);
     ctx.Emit(f);
   }
-  return peaks;
 }
 
 }  // namespace kimi::bench
