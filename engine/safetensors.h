@@ -39,8 +39,9 @@ enum class WeightMemory {
   kMap,       // a plain private mapping of the file (page-cache pages as they are)
   kMapHuge,   // the mapping with MADV_HUGEPAGE, prefaulted: 2 MiB page-cache folios where the
               // file system and the cache state allow
-  kCopyHuge,  // the file read into anonymous 2 MiB-aligned memory with MADV_HUGEPAGE (costs the
-              // copy at load; the page cache can then be dropped)
+  kCopyHuge,  // the tensors read into anonymous 2 MiB-aligned memory with MADV_HUGEPAGE, each
+              // from a 64-byte boundary (costs the copy at load; the page cache can then be
+              // dropped)
 };
 // $KIMI_WEIGHT_MEMORY (map, map-huge, copy-huge) or the default (see safetensors.cc for why).
 WeightMemory DefaultWeightMemory();
@@ -58,7 +59,8 @@ class SafetensorsFile {
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
-  // The memory holding the whole file (header included).
+  // The memory holding the tensors: the whole file mapped (header included), or for kCopyHuge the
+  // copy of its tensors.
   std::span<const uint8_t> bytes() const { return {static_cast<const uint8_t*>(map_), size_}; }
   // A kCopyHuge file is private writable memory until Seal() makes it read-only.
   bool writable() const { return writable_; }
@@ -67,7 +69,7 @@ class SafetensorsFile {
  private:
   SafetensorsFile() = default;
   void* map_ = nullptr;
-  size_t size_ = 0;      // file bytes
+  size_t size_ = 0;      // bytes of bytes(): the file, or the tensors' copy with its padding
   size_t map_size_ = 0;  // bytes mapped (rounded up for kCopyHuge)
   bool writable_ = false;
   std::vector<TensorInfo> tensors_;
