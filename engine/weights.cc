@@ -1,7 +1,10 @@
 #include "engine/weights.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
+#include <new>
 #include <set>
 #include <unordered_map>
 
@@ -80,6 +83,18 @@ const float* Model::Vec(const TensorInfo& t, int64_t count) {
   return owned_.back().get();
 }
 
+void Model::FreeDeleter::operator()(void* p) const { std::free(p); }
+
+uint8_t* Model::NewMatrix(int64_t bytes) {
+  constexpr size_t kAlign = 64;
+  const size_t n =
+      (static_cast<size_t>(std::max<int64_t>(bytes, 1)) + kAlign - 1) / kAlign * kAlign;
+  void* p = std::aligned_alloc(kAlign, n);
+  if (p == nullptr) throw std::bad_alloc();  // as operator new would
+  owned_matrices_.emplace_back(static_cast<uint8_t*>(p));
+  return owned_matrices_.back().get();
+}
+
 Weight Model::SliceColumns(const Weight& w, int64_t begin, int64_t count) {
   Weight out = w;
   out.cols = count;
@@ -88,25 +103,22 @@ Weight Model::SliceColumns(const Weight& w, int64_t begin, int64_t count) {
   const auto* src = static_cast<const uint8_t*>(w.data);
   if (w.format == WeightFormat::kMxfp4) {
     // Two codes per byte and one scale per 32 columns: the range is whole 32-column blocks.
-    auto data = std::make_unique<uint8_t[]>(w.rows * count / 2);
-    auto scales = std::make_unique<uint8_t[]>(w.rows * count / 32);
+    uint8_t* data = NewMatrix(w.rows * count / 2);
+    uint8_t* scales = NewMatrix(w.rows * count / 32);
     for (int64_t r = 0; r < w.rows; ++r) {
       std::memcpy(&data[r * count / 2], src + r * w.cols / 2 + begin / 2, count / 2);
       std::memcpy(&scales[r * count / 32], w.scales + r * w.cols / 32 + begin / 32, count / 32);
     }
-    out.data = data.get();
-    out.scales = scales.get();
-    owned_bytes_.push_back(std::move(data));
-    owned_bytes_.push_back(std::move(scales));
+    out.data = data;
+    out.scales = scales;
     return out;
   }
   const int64_t es = w.format == WeightFormat::kF32 ? 4 : 2;
-  auto data = std::make_unique<uint8_t[]>(w.rows * count * es);
+  uint8_t* data = NewMatrix(w.rows * count * es);
   for (int64_t r = 0; r < w.rows; ++r) {
     std::memcpy(&data[r * count * es], src + (r * w.cols + begin) * es, count * es);
   }
-  out.data = data.get();
-  owned_bytes_.push_back(std::move(data));
+  out.data = data;
   return out;
 }
 
@@ -328,28 +340,26 @@ Weight Model::TransposeUk(const Weight& kv_b) {
   w.cols = N;
   std::vector<float> row(R);
   if (kv_b.format == WeightFormat::kBF16) {
-    auto buf = std::make_unique<uint16_t[]>(w.rows * w.cols);
+    auto* buf = reinterpret_cast<uint16_t*>(NewMatrix(w.rows * w.cols * 2));
     const auto* src = static_cast<const uint16_t*>(kv_b.data);
     for (int64_t h = 0; h < H; ++h) {
       for (int64_t n = 0; n < N; ++n) {
         for (int64_t r = 0; r < R; ++r) buf[(h * R + r) * N + n] = src[(h * (N + V) + n) * R + r];
       }
     }
-    w.data = buf.get();
+    w.data = buf;
     w.format = WeightFormat::kBF16;
-    owned_bf16_.push_back(std::move(buf));
     return w;
   }
-  auto buf = std::make_unique<float[]>(w.rows * w.cols);
+  auto* buf = reinterpret_cast<float*>(NewMatrix(w.rows * w.cols * 4));
   for (int64_t h = 0; h < H; ++h) {
     for (int64_t n = 0; n < N; ++n) {
       cpu::DequantizeRow(row.data(), kv_b, h * (N + V) + n);
       for (int64_t r = 0; r < R; ++r) buf[(h * R + r) * N + n] = row[r];
     }
   }
-  w.data = buf.get();
+  w.data = buf;
   w.format = WeightFormat::kF32;
-  owned_.push_back(std::move(buf));
   return w;
 }
 

@@ -128,11 +128,18 @@ class Model {
   ModelConfig full_config_;
   ModelConfig config_;
   Shard shard_;
-  std::vector<std::unique_ptr<uint8_t[]>> owned_bytes_;  // column slices
+  // Matrices made at load (column slices, uk_t) start on a cache line, as the checkpoint's own do
+  // (the kernels read weights in 64-byte blocks).
+  struct FreeDeleter {
+    void operator()(void* p) const;
+  };
+  using OwnedMatrix = std::unique_ptr<uint8_t[], FreeDeleter>;
+  uint8_t* NewMatrix(int64_t bytes);
+
+  std::vector<OwnedMatrix> owned_matrices_;  // column slices, uk_t
   std::unique_ptr<Checkpoint> checkpoint_;
   ModelWeights weights_;
   std::vector<std::unique_ptr<float[]>> owned_;  // fp32 copies of small vectors
-  std::vector<std::unique_ptr<uint16_t[]>> owned_bf16_;  // derived bf16 matrices (uk_t)
 };
 
 }  // namespace kimi

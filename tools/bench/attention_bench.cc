@@ -12,6 +12,7 @@
 // does 3.6 multiply-adds per cache byte, so the detail gives its GFLOP/s.
 #include <cmath>
 #include <random>
+#include <span>
 
 #include "absl/strings/str_format.h"
 #include "engine/synthetic_model.h"
@@ -57,7 +58,8 @@ struct KdaInputs {
 struct MlaInputs {
   cpu::MlaDims d;
   int64_t context, chunk;
-  std::vector<float> pool, q, out;
+  std::vector<float> pool_storage, q, out;
+  std::span<float> pool;  // from a cache line, as the engine's MlaKvCache is (it is mapped)
   std::vector<int32_t> pages;
   std::vector<uint16_t> kv_b;
   Weight w;
@@ -69,7 +71,10 @@ struct MlaInputs {
     std::mt19937 rng(seed);
     std::normal_distribution<float> n(0.0f, 1.0f);
     const int64_t width = d.rank + d.rope;
-    pool.resize(ctx_len * width);
+    pool_storage.resize(ctx_len * width + 16);
+    pool = {reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(pool_storage.data()) + 63) &
+                                     ~uintptr_t{63}),
+            static_cast<size_t>(ctx_len * width)};
     for (float& x : pool) x = n(rng);
     pages.resize(ctx_len / 16);
     for (size_t i = 0; i < pages.size(); ++i) pages[i] = static_cast<int32_t>(i);
