@@ -88,34 +88,6 @@ namespace {
 // aligned one (2 threads, three alternations).
 constexpr uint64_t kTensorAlign = 64;
 
-// The header's JSON and where the data section begins, read with pread (the file is not mapped
-// yet).
-absl::Status ReadHeader(int fd, const std::string& path, size_t size, std::string* header,
-                        uint64_t* data_begin) {
-  if (size < 8) {
-    return Corrupt(path, absl::StrCat("file is ", size, " bytes, shorter than its header"));
-  }
-  uint8_t len_bytes[8];
-  if (::pread(fd, len_bytes, 8, 0) != 8) {
-    return absl::InternalError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
-  }
-  uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
-  if (header_len > kMaxHeader || header_len > size - 8) {
-    return Corrupt(path, absl::StrCat("header length ", header_len, " exceeds the file (", size,
-                                      " bytes); truncated or not safetensors"));
-  }
-  header->resize(header_len);
-  for (size_t done = 0; done < header_len;) {
-    const ssize_t n =
-        ::pread(fd, header->data() + done, header_len - done, static_cast<off_t>(8 + done));
-    if (n <= 0) return absl::InternalError(absl::StrCat("cannot read the header of ", path));
-    done += static_cast<size_t>(n);
-  }
-  *data_begin = 8 + header_len;
-  return absl::OkStatus();
-}
-
 // Reads bytes [offset, offset + n) of the file into dst.
 absl::Status ReadAt(int fd, const std::string& path, uint8_t* dst, size_t n, uint64_t offset) {
   for (size_t done = 0; done < n;) {
@@ -128,6 +100,26 @@ absl::Status ReadAt(int fd, const std::string& path, uint8_t* dst, size_t n, uin
     done += static_cast<size_t>(got);
   }
   return absl::OkStatus();
+}
+
+// The header's JSON and where the data section begins, read with pread (the file is not mapped
+// yet).
+absl::Status ReadHeader(int fd, const std::string& path, size_t size, std::string* header,
+                        uint64_t* data_begin) {
+  if (size < 8) {
+    return Corrupt(path, absl::StrCat("file is ", size, " bytes, shorter than its header"));
+  }
+  uint8_t len_bytes[8];
+  if (absl::Status s = ReadAt(fd, path, len_bytes, 8, 0); !s.ok()) return s;
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
+  if (header_len > kMaxHeader || header_len > size - 8) {
+    return Corrupt(path, absl::StrCat("header length ", header_len, " exceeds the file (", size,
+                                      " bytes); truncated or not safetensors"));
+  }
+  header->resize(header_len);
+  *data_begin = 8 + header_len;
+  return ReadAt(fd, path, reinterpret_cast<uint8_t*>(header->data()), header_len, 8);
 }
 
 // Anonymous memory of `size` bytes (a multiple of 2 MiB) starting on a 2 MiB boundary, with
@@ -220,21 +212,19 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     ranges.emplace_back(begin, end);
     f->tensors_.push_back(std::move(t));
   }
-  {
-    std::vector<std::pair<uint64_t, uint64_t>> sorted = ranges;
-    std::sort(sorted.begin(), sorted.end());
-    for (size_t i = 1; i < sorted.size(); ++i) {
-      if (sorted[i].first < sorted[i - 1].second) return Corrupt(path, "tensors overlap");
+  // The tensors in file order.
+  std::vector<size_t> order(ranges.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ranges[a] < ranges[b]; });
+  for (size_t i = 1; i < order.size(); ++i) {
+    if (ranges[order[i]].first < ranges[order[i - 1]].second) {
+      return Corrupt(path, "tensors overlap");
     }
   }
 
   if (memory == WeightMemory::kCopyHuge) {
     // The tensors alone, in file order, each from a kTensorAlign boundary, in anonymous 2 MiB
     // pages (the header is not kept: its metadata is parsed above).
-    std::vector<size_t> order(ranges.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(),
-              [&](size_t a, size_t b) { return ranges[a].first < ranges[b].first; });
     std::vector<uint64_t> at(ranges.size());
     uint64_t used = 0;
     for (size_t i : order) {

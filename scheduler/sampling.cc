@@ -7,6 +7,7 @@
 #include <iterator>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <unordered_map>
 
 namespace kimi::sched {
@@ -284,21 +285,16 @@ TokenChoice SampleToken(std::span<const float> logits, const SamplingParams& p,
     ApplyPenalties(adjusted, p, prompt, output);
     l = adjusted;
   }
-  // MaxOf(l), computed once, when first needed (the draw and the logprobs both need it).
-  float top_value = 0.0f;
-  bool top_known = false;
-  const auto top = [&] {
-    if (!top_known) top_value = MaxOf(l), top_known = true;
-    return top_value;
-  };
+  std::optional<float> top;  // MaxOf(l) once the draw has it; the logprobs may reuse it
   if (p.temperature <= 0.0f) {
     choice.token = ArgMax(l);
   } else {
-    choice.token = Draw(l, p, UniformAt(p.seed, index), top());
+    top = MaxOf(l);
+    choice.token = Draw(l, p, UniformAt(p.seed, index), *top);
   }
   if (p.want_logprobs || p.logprobs > 0) {
-    // Without penalties l is the raw row: its maximum is already known.
-    const double lse = LogSumExp(logits, penalised ? MaxOf(logits) : top());
+    // Without penalties l is the raw row: its maximum, when the draw took it, is the one needed.
+    const double lse = LogSumExp(logits, !penalised && top ? *top : MaxOf(logits));
     choice.logprob = static_cast<float>(logits[choice.token] - lse);
     for (int32_t id : TopIds(logits, static_cast<size_t>(std::max(0, p.logprobs)))) {
       choice.top.emplace_back(id, static_cast<float>(logits[id] - lse));

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/cpu/cache_line.h"
 #include "kernels/cpu/matmul_impl.h"
 #include "kernels/cpu/pack.h"
 #include "kernels/cpu/target_clones.h"
@@ -215,18 +216,6 @@ void Record(const Weight& w, int64_t m) {
 bool Bf16Path(bool bf16_mode, const Weight& w) {
   if (!bf16_mode || (w.packed && w.layout != PackLayout::kBlocks)) return false;
   return w.format == WeightFormat::kBF16 || w.format == WeightFormat::kMxfp4;
-}
-
-// The first n elements of v from a 64-byte boundary (v grown as needed). The kernels read x in
-// 64-byte blocks and malloc aligns to 16 bytes only: 32 x rows against a 100512 x 512 bf16 weight
-// (2 threads, two alternations) ran at 273-287 GFLOP/s from a buffer 16 bytes past a line and at
-// 318-324 from an aligned one.
-template <class T>
-T* CacheLineAligned(std::vector<T>& v, int64_t n) {
-  constexpr int64_t kSlack = 64 / sizeof(T);
-  if (static_cast<int64_t>(v.size()) < n + kSlack) v.resize(n + kSlack);
-  const uintptr_t p = reinterpret_cast<uintptr_t>(v.data());
-  return reinterpret_cast<T*>((p + 63) & ~uintptr_t{63});
 }
 
 // Rows of W handed out together: a multiple of every tile height the kernels use.

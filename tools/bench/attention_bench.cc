@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/synthetic_model.h"
+#include "kernels/cpu/cache_line.h"
 #include "kernels/cpu/kda.h"
 #include "kernels/cpu/mla.h"
 #include "kernels/cpu/thread_pool.h"
@@ -71,9 +72,7 @@ struct MlaInputs {
     std::mt19937 rng(seed);
     std::normal_distribution<float> n(0.0f, 1.0f);
     const int64_t width = d.rank + d.rope;
-    pool_storage.resize(ctx_len * width + 16);
-    pool = {reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(pool_storage.data()) + 63) &
-                                     ~uintptr_t{63}),
+    pool = {cpu::CacheLineAligned(pool_storage, ctx_len * width),
             static_cast<size_t>(ctx_len * width)};
     for (float& x : pool) x = n(rng);
     pages.resize(ctx_len / 16);
@@ -179,12 +178,7 @@ void RunMlaDecode(const Context& ctx) {
     gbps.push_back(bytes / t / 1e9);
     ratios.push_back(gbps.back() / bw.back());
   }
-  Figure f;
-  f.name = name;
-  f.value = Median(gbps);
-  f.unit = "GB/s";
-  f.baseline = Median(bw);
-  f.ratio = Median(ratios);
+  Figure f = MedianFigure(name, "GB/s", gbps, bw, ratios);
   f.note = absl::StrFormat(
       "latent-cache bytes / time, one token, %lld keys, %lld heads, rank %lld + rope %lld, %d "
       "thread(s); baseline: streaming read",

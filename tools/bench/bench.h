@@ -31,6 +31,11 @@ struct Figure {
   nlohmann::ordered_json detail = nlohmann::ordered_json::object();
 };
 
+// A figure measured in rounds against a baseline of the same rounds: value, baseline and ratio are
+// the medians of the per-round values, baselines and ratios.
+Figure MedianFigure(std::string name, std::string unit, const std::vector<double>& values,
+                    const std::vector<double>& baselines, const std::vector<double>& ratios);
+
 struct Context {
   std::string models_dir;
   std::string tiktoken;

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_format.h"
+#include "kernels/cpu/cache_line.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/pack.h"
 #include "kernels/cpu/thread_pool.h"
@@ -105,10 +106,9 @@ class DnnlGemm {
 // beside our MatMul, and the batched decode figures take their compute roof from them in each of
 // their own rounds.
 struct GemmPeakMeter::Impl {
-  Impl() : x(kM * kK), wf(kN * kK), wb_storage(kN * kK + 32), y(kM * kN) {
+  Impl() : x(kM * kK), wf(kN * kK), y(kM * kN) {
     // The weight from a cache line, as the engine's are (engine/safetensors.cc).
-    uint16_t* wb = reinterpret_cast<uint16_t*>(
-        (reinterpret_cast<uintptr_t>(wb_storage.data()) + 63) & ~uintptr_t{63});
+    uint16_t* wb = cpu::CacheLineAligned(wb_storage, kN * kK);
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     for (float& v : x) v = dist(rng);

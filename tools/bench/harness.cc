@@ -63,6 +63,17 @@ double Now() {
       .count();
 }
 
+Figure MedianFigure(std::string name, std::string unit, const std::vector<double>& values,
+                    const std::vector<double>& baselines, const std::vector<double>& ratios) {
+  Figure f;
+  f.name = std::move(name);
+  f.value = Median(values);
+  f.unit = std::move(unit);
+  f.baseline = Median(baselines);
+  f.ratio = Median(ratios);
+  return f;
+}
+
 double Median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());

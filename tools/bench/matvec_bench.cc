@@ -134,12 +134,7 @@ void RunMatvecBf16(const Context& ctx) {
       bf16_ratios.push_back(bf16_gbps.back() / bw.back());
     }
   }
-  Figure f;
-  f.name = "matvec.bf16";
-  f.value = Median(gbps);
-  f.unit = "GB/s";
-  f.baseline = Median(bw);
-  f.ratio = Median(ratios);
+  Figure f = MedianFigure("matvec.bf16", "GB/s", gbps, bw, ratios);
   f.note = absl::StrFormat(
       "packed bf16 bytes / time, m = 1, %d matrices of %lld x %lld read in turn, %d thread(s); "
       "baseline: streaming read",
@@ -182,12 +177,7 @@ void RunMatvec(const Context& ctx) {
     ratios.push_back(ours_gbps.back() / bw.back());
     block_ratios.push_back(blocks_gbps.back() / bw.back());
   }
-  Figure f;
-  f.name = "matvec.mxfp4";
-  f.value = Median(ours_gbps);
-  f.unit = "GB/s";
-  f.baseline = Median(bw);
-  f.ratio = Median(ratios);
+  Figure f = MedianFigure("matvec.mxfp4", "GB/s", ours_gbps, bw, ratios);
   f.note = absl::StrFormat(
       "packed MXFP4 bytes / time, m = 1, %lld x %lld, %s layout, %d thread(s); baseline: "
       "streaming read",
