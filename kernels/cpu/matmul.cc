@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cassert>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -199,15 +200,28 @@ ActivationDtype CurrentActivation() {
 }
 
 std::mutex stats_mu;
-MatMulStats* g_stats = nullptr;
+std::atomic<MatMulStats*> g_stats{nullptr};  // read unlocked on every call; written under the lock
 
-void Record(const Weight& w, int64_t m) {
+void Record(std::span<const MatMulTarget> targets, int64_t m, bool nested, double seconds) {
   std::lock_guard<std::mutex> lock(stats_mu);
-  if (!g_stats) return;
-  g_stats->calls += 1;
-  g_stats->weight_bytes += w.Bytes();
-  g_stats->flops += 2 * m * w.rows * w.cols;
-  g_stats->reads.push_back({w.data, w.Bytes()});
+  MatMulStats* stats = g_stats.load(std::memory_order_relaxed);
+  if (!stats) return;
+  MatMulStats::Call call{.m = m,
+                         .cols = targets[0].w->cols,
+                         .targets = static_cast<int>(targets.size()),
+                         .format = targets[0].w->format,
+                         .nested = nested,
+                         .seconds = seconds};
+  for (const MatMulTarget& t : targets) {
+    const Weight& w = *t.w;
+    stats->calls += 1;
+    stats->weight_bytes += w.Bytes();
+    stats->flops += 2 * m * w.rows * w.cols;
+    stats->reads.push_back({w.data, w.Bytes()});
+    call.rows += w.rows;
+    call.bytes += w.Bytes();
+  }
+  stats->timed.push_back(call);
 }
 
 // Whether w takes the bf16 dot product while it is on: bf16 weights, and MXFP4 ones (as their
@@ -256,7 +270,7 @@ const char* IsaName(Isa isa) {
 
 void SetMatMulStats(MatMulStats* stats) {
   std::lock_guard<std::mutex> lock(stats_mu);
-  g_stats = stats;
+  g_stats.store(stats, std::memory_order_relaxed);
 }
 
 void MatMul(float* y, int64_t ldy, const float* x, int64_t ldx, const Weight& w, int64_t m) {
@@ -264,11 +278,10 @@ void MatMul(float* y, int64_t ldy, const float* x, int64_t ldx, const Weight& w,
   MatMulMany({&t, 1}, x, ldx, m);
 }
 
-void MatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_t ldx, int64_t m) {
-  if (m <= 0 || targets.empty()) return;
-  if (g_stats) {
-    for (const MatMulTarget& t : targets) Record(*t.w, m);
-  }
+namespace {
+
+// The products themselves: MatMulMany without its accounting.
+void RunMatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_t ldx, int64_t m) {
   const int64_t k = targets[0].w->cols, kp = (k + 31) / 32 * 32;
   for (const MatMulTarget& t : targets) assert(t.w->cols == k);
 
@@ -353,6 +366,21 @@ void MatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_t l
   ThreadPool::Global().ParallelForChunks(ranges, 1, [&](int64_t first, int64_t last) {
     for (int64_t r = first; r < last; ++r) run_units(bound[r], bound[r + 1]);
   });
+}
+
+}  // namespace
+
+void MatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_t ldx, int64_t m) {
+  if (m <= 0 || targets.empty()) return;
+  if (g_stats.load(std::memory_order_relaxed) == nullptr) {
+    RunMatMulMany(targets, x, ldx, m);
+    return;
+  }
+  const bool nested = ThreadPool::InParallelSection();
+  const auto start = std::chrono::steady_clock::now();
+  RunMatMulMany(targets, x, ldx, m);
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  Record(targets, m, nested, took.count());
 }
 
 namespace matmul_internal {

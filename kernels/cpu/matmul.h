@@ -69,16 +69,29 @@ const char* IsaName(Isa isa);
 
 // Optional accounting for benchmarks: while a MatMulStats is installed, every MatMul (from any
 // thread) adds its weight bytes and flops and records which weight it read, so callers can count
-// distinct bytes. Installing nullptr stops it; it costs nothing when not installed.
+// distinct bytes, and how long each call took, so they can see where a step's time goes by shape.
+// Installing nullptr stops it; it costs nothing when not installed.
 struct MatMulStats {
   struct Read {
     const void* data;
     int64_t bytes;
   };
-  int64_t calls = 0;
+  // One MatMul or MatMulMany call, timed from entry to return (two clock reads and a lock).
+  struct Call {
+    int64_t m = 0;
+    int64_t rows = 0;  // summed over the targets
+    int64_t cols = 0;
+    int64_t bytes = 0;  // weight bytes, summed over the targets
+    int targets = 0;
+    WeightFormat format = WeightFormat::kF32;  // the first target's
+    bool nested = false;  // issued inside a parallel section: ran on its one thread
+    double seconds = 0.0;
+  };
+  int64_t calls = 0;         // targets, counted one by one
   int64_t weight_bytes = 0;  // summed over calls (a weight read twice counts twice)
   int64_t flops = 0;         // 2 * m * rows * cols per call
-  std::vector<Read> reads;   // one per call
+  std::vector<Read> reads;   // one per target
+  std::vector<Call> timed;   // one per call
 };
 void SetMatMulStats(MatMulStats* stats);
 

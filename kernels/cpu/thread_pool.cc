@@ -130,6 +130,8 @@ ThreadPool& ThreadPool::Global() {
   return *pool;
 }
 
+bool ThreadPool::InParallelSection() { return tls_in_worker; }
+
 uint32_t ThreadPool::Context() { return tls_context; }
 void ThreadPool::SetContext(uint32_t context) { tls_context = context; }
 

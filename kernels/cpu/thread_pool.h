@@ -45,6 +45,10 @@ class ThreadPool {
   // The process-wide pool the kernels use.
   static ThreadPool& Global();
 
+  // True on a thread running a part of a parallel job (a worker, or the caller taking its share):
+  // a ParallelFor from there runs inline, on that thread alone.
+  static bool InParallelSection();
+
   // A word of per-thread kernel settings (e.g. the activation precision, kernels/cpu/matmul.h)
   // that every ParallelFor hands from the calling thread to the workers running its parts, so
   // nested kernels see the caller's settings whichever thread runs them.

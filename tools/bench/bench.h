@@ -46,6 +46,8 @@ struct Context {
   // > 0: the batched decode figures only run this many steps and print their median time, with
   // no baselines (a quiet loop for perf record).
   int profile_steps = 0;
+  // With profile_steps: run the steps once more with MatMul timing on and print the time by shape.
+  bool matmul_profile = false;
   std::optional<std::regex> filter;
   std::vector<std::string> commands;  // the command line, for the report
 
@@ -121,5 +123,10 @@ void RunMlaDecode(const Context& ctx);
 void RunState(const Context& ctx);
 void RunSchedulerOverhead(const Context& ctx, const std::string& preset);
 void RunMatvec(const Context& ctx);
+
+// Runs `steps` calls of step() (each returns its seconds) with MatMulStats installed and logs
+// where their MatMul time went, by shape (matmul_profile.cc).
+void ProfileMatMuls(const Context& ctx, const std::string& name, int steps,
+                    const std::function<double()>& step);
 
 }  // namespace kimi::bench

@@ -32,6 +32,9 @@ ABSL_FLAG(bool, list, false, "list the figure names and exit");
 ABSL_FLAG(int, profile_steps, 0,
           "run only this many steps (tokens, at batch 1) of each selected decode figure and print "
           "their median time, without baselines (for a profiler)");
+ABSL_FLAG(bool, matmul_profile, false,
+          "with --profile_steps: run the steps once more with MatMul timing on and print where "
+          "their MatMul time goes, by shape");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -47,6 +50,7 @@ int main(int argc, char** argv) {
   ctx.json = absl::GetFlag(FLAGS_json);
   ctx.idle_wait_s = absl::GetFlag(FLAGS_idle_wait);
   ctx.profile_steps = absl::GetFlag(FLAGS_profile_steps);
+  ctx.matmul_profile = absl::GetFlag(FLAGS_matmul_profile);
   if (!absl::GetFlag(FLAGS_filter).empty()) ctx.filter.emplace(absl::GetFlag(FLAGS_filter));
   const std::vector<std::string> models =
       absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipEmpty());

@@ -137,7 +137,7 @@ void DecodeB1(const Context& ctx, const std::string& preset, const Model& m) {
   const bool want2 = ctx.Wants(name2), want1 = ctx.Wants(name1);
   if (!want2 && !want1) return;
   constexpr int kTokens = 12;
-  DecodeBatch batch(m, 1, 16 + 2 * (ctx.repeats + 1) * kTokens + ctx.profile_steps);
+  DecodeBatch batch(m, 1, 16 + 2 * (ctx.repeats + 1) * kTokens + 2 * ctx.profile_steps);
   batch.Prefill(8);
   const auto regions = m.WeightRegions();
   const double bytes = static_cast<double>(m.ActiveWeightBytes());
@@ -150,6 +150,8 @@ void DecodeB1(const Context& ctx, const std::string& preset, const Model& m) {
     for (int i = 0; i < ctx.profile_steps; ++i) t.push_back(batch.Step());
     ctx.Log(absl::StrFormat("%s: median token %.3f ms over %d tokens (profile run)", name2,
                             1e3 * Median(t), ctx.profile_steps));
+    if (ctx.matmul_profile)
+      ProfileMatMuls(ctx, name2, ctx.profile_steps, [&] { return batch.Step(); });
     return;
   }
   for (int r = 0; r < ctx.repeats; ++r) {
@@ -211,6 +213,8 @@ void DecodeBatched(const Context& ctx, const std::string& preset, const Model& m
     for (int i = 0; i < ctx.profile_steps; ++i) t.push_back(batch.Step());
     ctx.Log(absl::StrFormat("%s: median step %.2f ms over %d steps (profile run)", name,
                             1e3 * Median(t), ctx.profile_steps));
+    if (ctx.matmul_profile)
+      ProfileMatMuls(ctx, name, ctx.profile_steps, [&] { return batch.Step(); });
     return;
   }
   assert(meter != nullptr);  // built whenever a batched figure runs with baselines

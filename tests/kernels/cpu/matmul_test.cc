@@ -484,6 +484,55 @@ TEST(MatMul, StridedOutputAndInput) {
   }
 }
 
+// The accounting kimi-bench reads: bytes, flops and reads per target, and one timed entry per call
+// with its shape and whether it ran nested in a parallel job. Nothing is recorded once removed.
+TEST(MatMul, StatsRecordEveryCallWithItsShape) {
+  const Stored a = MakeWeight(WeightFormat::kBF16, 24, 64, 1);
+  const Stored b = MakeWeight(WeightFormat::kMxfp4, 8, 64, 2);
+  const std::vector<float> x = testing::RandomVector(3 * 64, 3);
+  std::vector<float> ya(3 * 24), yb(3 * 8);
+  MatMulStats stats;
+  SetMatMulStats(&stats);
+  MatMul(ya.data(), x.data(), a.w, 3);
+  const MatMulTarget both[] = {{ya.data(), 24, &a.w}, {yb.data(), 8, &b.w}};
+  MatMulMany(both, x.data(), 64, 2);
+  ThreadPool two(2);  // a parallel section on any machine, one core or many
+  two.ParallelForChunks(2, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      if (i == 0) MatMul(yb.data(), x.data(), b.w, 1);
+    }
+  });
+  SetMatMulStats(nullptr);
+  MatMul(ya.data(), x.data(), a.w, 3);  // not recorded
+
+  EXPECT_EQ(stats.calls, 4);  // targets
+  EXPECT_EQ(stats.weight_bytes, 2 * a.w.Bytes() + 2 * b.w.Bytes());
+  EXPECT_EQ(stats.flops, 2 * (3 * 24 * 64 + 2 * 24 * 64 + 2 * 8 * 64 + 1 * 8 * 64));
+  ASSERT_EQ(stats.reads.size(), 4u);
+  EXPECT_EQ(stats.reads[1].data, a.w.data);
+  EXPECT_EQ(stats.reads[2].data, b.w.data);
+  ASSERT_EQ(stats.timed.size(), 3u);
+  const MatMulStats::Call& one = stats.timed[0];
+  EXPECT_EQ(one.m, 3);
+  EXPECT_EQ(one.rows, 24);
+  EXPECT_EQ(one.cols, 64);
+  EXPECT_EQ(one.bytes, a.w.Bytes());
+  EXPECT_EQ(one.targets, 1);
+  EXPECT_EQ(one.format, WeightFormat::kBF16);
+  EXPECT_FALSE(one.nested);
+  const MatMulStats::Call& many = stats.timed[1];
+  EXPECT_EQ(many.m, 2);
+  EXPECT_EQ(many.rows, 32);
+  EXPECT_EQ(many.bytes, a.w.Bytes() + b.w.Bytes());
+  EXPECT_EQ(many.targets, 2);
+  EXPECT_FALSE(many.nested);
+  const MatMulStats::Call& inner = stats.timed[2];
+  EXPECT_EQ(inner.m, 1);
+  EXPECT_EQ(inner.format, WeightFormat::kMxfp4);
+  EXPECT_TRUE(inner.nested);
+  for (const MatMulStats::Call& c : stats.timed) EXPECT_GT(c.seconds, 0.0);
+}
+
 // Every E2M1 code under every E8M0 scale (NaN at 255, 2^-127 at 0) decodes to the exact product on
 // every kernel path: one x row (the batch-1 stream), a few (dot-product tiles) and many (the
 // panel), unpacked and in every packed layout. x is the identity, so y[c, r] is weight (r, c)
