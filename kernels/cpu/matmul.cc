@@ -339,12 +339,11 @@ void RunMatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_
     }
   };
   // Decode-sized x (up to kMaxShareRows rows): each thread streams its own contiguous share
-  // (RunInShares). Paired alternations of batch-1 tokens against the ranges below: k3-mini 4.70 /
-  // 5.28 / 5.06 / 4.68 -> 4.42 / 4.86 / 4.78 / 4.53 ms, kimi-linear-small 9.49 / 10.02 / 9.88
-  // / 9.20
-  // -> 9.02 / 10.22 / 9.25 / 9.01 ms. Batch-8 steps, alternating every ten steps in one process
-  // (the median of ten or five per-pair ratios): k3-mini 0.985 / 0.987 / 0.987 / 0.995, with bf16
-  // activations 0.987, kimi-linear-small 0.989; at 32 rows level (1.000).
+  // (RunInShares). Paired alternations of batch-1 tokens against the ranges below: k3-mini
+  // 4.70 / 5.28 / 5.06 / 4.68 -> 4.42 / 4.86 / 4.78 / 4.53 ms, kimi-linear-small
+  // 9.49 / 10.02 / 9.88 / 9.20 -> 9.02 / 10.22 / 9.25 / 9.01 ms. Batch-8 steps, alternating every
+  // ten steps in one process (the median of ten or five per-pair ratios): k3-mini 0.985 / 0.987 /
+  // 0.987 / 0.995, with bf16 activations 0.987, kimi-linear-small 0.989; at 32 rows level (1.000).
   constexpr int64_t kMaxShareRows = 16;
   if (m <= kMaxShareRows && threads > 1 && units >= threads * std::max(grain, tile)) {
     matmul_internal::RunInShares(ThreadPool::Global(), units, grain, tile, run_units);
