@@ -35,17 +35,13 @@ struct Shape {
   WeightFormat format;
   auto Tie() const { return std::tie(nested, m, rows, cols, targets, format); }
   bool operator<(const Shape& o) const { return Tie() < o.Tie(); }
+  double Flops() const { return 2.0 * static_cast<double>(m * rows * cols); }
 };
 
 struct Calls {
   std::vector<double> seconds;
-  int64_t bytes = 0;
-  double flops = 0.0;
-  double Total() const {
-    double t = 0.0;
-    for (double s : seconds) t += s;
-    return t;
-  }
+  double total = 0.0;  // the sum of `seconds`
+  int64_t bytes = 0;   // weight bytes per call
 };
 
 }  // namespace
@@ -64,13 +60,12 @@ void ProfileMatMuls(const Context& ctx, const std::string& name, int steps,
   for (const cpu::MatMulStats::Call& c : stats.timed) {
     Calls& calls = by_shape[{c.nested, c.m, c.rows, c.cols, c.targets, c.format}];
     calls.seconds.push_back(c.seconds);
+    calls.total += c.seconds;
     calls.bytes = c.bytes;
-    calls.flops = 2.0 * static_cast<double>(c.m * c.rows * c.cols);
   }
   std::vector<std::pair<Shape, Calls>> rows(by_shape.begin(), by_shape.end());
-  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
-    return a.second.Total() > b.second.Total();
-  });
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const auto& a, const auto& b) { return a.second.total > b.second.total; });
 
   ctx.Log(absl::StrFormat(
       "%s: MatMul time by shape, %d steps with timing on (mean step %.3f ms); 'split' calls ran "
@@ -82,14 +77,14 @@ void ProfileMatMuls(const Context& ctx, const std::string& name, int steps,
       "ms/step  of step");
   double split_s = 0.0, nested_s = 0.0;
   for (const auto& [shape, calls] : rows) {
-    const double median = Median(calls.seconds), per_step = calls.Total() / steps;
+    const double median = Median(calls.seconds), per_step = calls.total / steps;
     (shape.nested ? nested_s : split_s) += per_step;
     ctx.Log(absl::StrFormat("  %-6s %4d %6d x %-5d %7d %-6s %11.1f %8.2f %8.1f %8.1f %8.3f %8.3f",
                             shape.nested ? "nested" : "split", shape.m, shape.rows, shape.cols,
                             shape.targets, FormatName(shape.format),
                             static_cast<double>(calls.seconds.size()) / steps, 1e6 * median,
                             static_cast<double>(calls.bytes) / median / 1e9,
-                            calls.flops / median / 1e9, 1e3 * per_step, per_step / step_seconds));
+                            shape.Flops() / median / 1e9, 1e3 * per_step, per_step / step_seconds));
   }
   ctx.Log(absl::StrFormat(
       "  split MatMuls %.3f ms per step (%.3f of it); nested MatMuls %.3f thread-ms per step",
