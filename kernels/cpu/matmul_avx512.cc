@@ -355,13 +355,17 @@ struct Bf16Group {
   static constexpr int64_t kBlockBytes = kPackRows * 64;
   static constexpr int64_t kAheadBytes = kOneRowAhead;  // Prefetch's distance
   const uint16_t* g;                                    // the group's block 0
+  bool prefetch = true;  // software prefetches on (GroupStrips turns them off, see there)
+  static int64_t RowBytes(int64_t nb) { return nb * 64; }
   KIMI_ALWAYS_INLINE void PrefetchBlock(int64_t b) const {
+    if (!prefetch) return;
 #pragma GCC unroll 8
     for (int j = 0; j < kPackRows; ++j) {
       _mm_prefetch(reinterpret_cast<const char*>(g + (b * kPackRows + j) * 32), _MM_HINT_T0);
     }
   }
   KIMI_ALWAYS_INLINE void Prefetch(int64_t b) const {
+    if (!prefetch) return;
 #pragma GCC unroll 8
     for (int j = 0; j < kPackRows; ++j) {
       _mm_prefetch(reinterpret_cast<const char*>(g + (b * kPackRows + j) * 32) + kOneRowAhead,
@@ -382,7 +386,10 @@ struct Mxfp4Group {
   // One group at a time: GroupsOneRow was slower with the decode (one cold thread, K = 1024-7168,
   // paired passes: three groups 0.5-0.7x, two 0.72-0.86x).
   static constexpr int kGroupsAtOnce = 1;
+  bool prefetch = true;
+  static int64_t RowBytes(int64_t nb) { return nb * 17; }  // 16 code bytes and a scale per block
   KIMI_ALWAYS_INLINE void Prefetch(int64_t b) const {
+    if (!prefetch) return;
     const char* c = reinterpret_cast<const char*>(codes + b * 16 * kPackRows) + kOneRowAhead / 2;
     _mm_prefetch(c, _MM_HINT_T0);
     _mm_prefetch(c + 64, _MM_HINT_T0);
@@ -479,9 +486,24 @@ constexpr int64_t kMaxStripRows = 16;  // above it, Tile<4, 4> with x blocked fo
 // GroupsOneRow from K = 2048 (64 blocks) on: at K = 1024 it was 0.95-1.13x one group at a time
 // (paired passes, 1 and 2 threads), at 2304-7168 1.08-1.19x.
 constexpr int64_t kGroupsOneRowMinBlocks = 64;
+// At one x row a range is one forward stream of weights: the software prefetches start it (a
+// stream's first lines arrive before the hardware prefetcher has locked on) and stop after its
+// first kOneRowPrefetchBytes, where the hardware prefetcher alone reads faster than with a
+// prefetch for every line besides it. Decode steps alternated every ten steps in one process
+// (median of per-pair ratios, 15-20 pairs), against prefetching every line: kimi-linear-small
+// batch 1 0.92-0.96 on 2 threads, 0.87-1.04 (median 0.95) on 1; k3-mini 0.95-0.98, 0.90-1.03
+// (median 0.94) on 1; spans of 8 to 128 KiB all gained, 1 MiB did not. MXFP4 ranges (an expert's
+// 35-70 KB at batch 1) take the same rule, level. GroupsOneRow keeps every prefetch: it reads three
+// groups in 4 KiB chunks, which the hardware does not follow (2048 x 7168 at 0.75-0.8 of the
+// speed without them). With more x rows a group is read once per strip, not as one stream, and
+// stopping the prefetches cost a batch-8 k3-mini step 16%: they stay on there too.
+constexpr int64_t kOneRowPrefetchBytes = 32 << 10;
 template <class G, class MakeGroup>
 inline void GroupStrips(const MakeGroup& make, const Problem& p, int64_t n0, int64_t n1) {
   const int64_t nb = p.w->cols / 32;
+  const auto prefetch = [&](int64_t n) {
+    return p.m > 1 || (n - n0) * G::RowBytes(nb) < kOneRowPrefetchBytes;
+  };
   int64_t n = n0;
   constexpr int NG = G::kGroupsAtOnce;
   if constexpr (NG > 1) {
@@ -494,7 +516,8 @@ inline void GroupStrips(const MakeGroup& make, const Problem& p, int64_t n0, int
     }
   }
   for (; n < n1; n += kPackRows) {
-    const G g = make(n);
+    G g = make(n);
+    g.prefetch = prefetch(n);
     int64_t i = 0;
     if constexpr (G::kStripRows == 4) {
       if (p.m >= 3) {
