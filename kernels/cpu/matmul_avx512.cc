@@ -472,7 +472,7 @@ KIMI_ALWAYS_INLINE void GroupsOneRow(const G* g, const float* xp, int64_t nb, fl
   for (int t = 0; t < NG; ++t) StoreGroupSums<1>(acc[t], y + t * kPackRows, 0);
 }
 
-// Packed bf16 or MXFP4 (kBlocks) W rows [n0, n1) against m <= kMaxStripRows x rows: group after
+// Packed bf16 or MXFP4 (kBlocks) W rows [n0, n1) against m x rows (StripsFit): group after
 // group (bf16 at one x row and K >= 2048: three groups together, GroupsOneRow), one or two x rows
 // against the whole group, or (MXFP4, m >= 3) strips of four x rows
 // against half a group, so that a code is decoded once per four rows. bf16 weights take strips of
@@ -483,6 +483,19 @@ KIMI_ALWAYS_INLINE void GroupsOneRow(const G* g, const float* xp, int64_t nb, fl
 // 102-119 ms. Two rows (experts hit by two tokens) against Tile<2, 8>: batch-8 k3-mini 18.1-18.3
 // against 18.6-18.9 ms.
 constexpr int64_t kMaxStripRows = 16;  // above it, Tile<4, 4> with x blocked for L2
+// On the fp32 path strips also serve up to kMaxWideStripRows rows while x (which every strip reads
+// again for each group) stays within kMaxWideStripXBytes of L2. One thread, the two ways
+// alternating in one process: bf16 2048 x 512 / 2048 x 1024 / 1024 x 4096 at 32 rows 1.12 /
+// 1.06 / 1.06x, at 64 rows 1.11 / 1.12 / 0.93x (x 1 MiB); MXFP4 512 x 256 and 256 x 256 (K3's
+// experts) at 20-64 rows 1.19-1.24x, 1024 x 1024 1.02-1.05x; the LM head's shape 1.01-1.05x.
+// Steps alternated every ten in one process (median of 3-6 per-pair ratios): k3-mini batch 32
+// 0.96 / 0.95, batch 64 0.99 / 0.94 / 0.97; kimi-linear-small batch 32 0.93, batch 64 0.97.
+constexpr int64_t kMaxWideStripRows = 64;
+constexpr int64_t kMaxWideStripXBytes = 512 << 10;
+bool StripsFit(const Problem& p) {
+  return p.m <= kMaxStripRows ||
+         (p.m <= kMaxWideStripRows && p.m * p.kp * 4 <= kMaxWideStripXBytes);
+}
 // GroupsOneRow from K = 2048 (64 blocks) on: at K = 1024 it was 0.95-1.13x one group at a time
 // (paired passes, 1 and 2 threads), at 2304-7168 1.08-1.19x.
 constexpr int64_t kGroupsOneRowMinBlocks = 64;
@@ -619,7 +632,7 @@ void Range(const Problem& p, int64_t n0, int64_t n1) {
   if (w.packed && w.layout != PackLayout::kBlocks) return Avx2Kernels()->range(p, n0, n1);
   switch (w.format) {
     case WeightFormat::kBF16:
-      if (w.packed && p.m <= kMaxStripRows) {
+      if (w.packed && StripsFit(p)) {
         const auto* d = static_cast<const uint16_t*>(w.data);
         const int64_t nb = w.cols / 32;
         GroupStrips<Bf16Group>([&](int64_t n) { return Bf16Group{d + n * nb * 32}; }, p, n0, n1);
@@ -636,7 +649,7 @@ void Range(const Problem& p, int64_t n0, int64_t n1) {
       RangeWith(F32Loader{static_cast<const float*>(w.data), w.cols}, p, n0, n1);
       return;
     case WeightFormat::kMxfp4:
-      if (w.packed && p.m <= kMaxStripRows) {
+      if (w.packed && StripsFit(p)) {
         const auto* d = static_cast<const uint8_t*>(w.data);
         const int64_t nb = w.cols / 32;
         GroupStrips<Mxfp4Group>(

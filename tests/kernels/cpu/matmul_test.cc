@@ -230,11 +230,13 @@ TEST_P(MatMulTest, EveryIsaMatchesDoubleReference) {
 // instruction set. The shapes reach every tile: 1..13 x rows (every strip, every count of row
 // pairs and an odd last row), 37 and 70 rows (several 16-row calls of the lane-major TwoRowTile;
 // at K = 1024, two blocks of x rows), 1..17 groups of rows (tiles of 2..8 groups and each narrower
-// one), one to 32 blocks of columns.
+// one), one to 32 blocks of columns. On AVX-512, 21, 37 and 64 rows take the group strips (x fits
+// StripsFit's bound) and 40 rows at K = 4096 and 70 rows take Tile<4, 4>.
 TEST_P(MatMulTest, PackedEqualsUnpackedBitwise) {
   const Isa saved = MatMulIsa();
   std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {
-      {1, 64, 256}, {3, 24, 1024}, {37, 40, 96}, {70, 16, 64}, {70, 48, 1024}};
+      {1, 64, 256},   {3, 24, 1024}, {37, 40, 96},  {70, 16, 64},
+      {70, 48, 1024}, {21, 24, 512}, {64, 16, 512}, {40, 16, 4096}};
   for (int64_t m = 1; m <= 13; ++m) shapes.push_back({m, 136, 64});
   for (int64_t groups = 1; groups <= 9; ++groups) shapes.push_back({2, groups * kPackRows, 32});
   // One row at K >= 2048, where bf16 takes three groups at a time in chunks of K: whole chunks and
