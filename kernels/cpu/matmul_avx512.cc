@@ -483,18 +483,20 @@ KIMI_ALWAYS_INLINE void GroupsOneRow(const G* g, const float* xp, int64_t nb, fl
 // 102-119 ms. Two rows (experts hit by two tokens) against Tile<2, 8>: batch-8 k3-mini 18.1-18.3
 // against 18.6-18.9 ms.
 constexpr int64_t kMaxStripRows = 16;  // above it, Tile<4, 4> with x blocked for L2
-// On the fp32 path strips also serve up to kMaxWideStripRows rows while x (which every strip reads
-// again for each group) stays within kMaxWideStripXBytes of L2. One thread, the two ways
-// alternating in one process: bf16 2048 x 512 / 2048 x 1024 / 1024 x 4096 at 32 rows 1.12 /
-// 1.06 / 1.06x, at 64 rows 1.11 / 1.12 / 0.93x (x 1 MiB); MXFP4 512 x 256 and 256 x 256 (K3's
-// experts) at 20-64 rows 1.19-1.24x, 1024 x 1024 1.02-1.05x; the LM head's shape 1.01-1.05x.
-// Steps alternated every ten in one process (median of 3-6 per-pair ratios): k3-mini batch 32
-// 0.96 / 0.95, batch 64 0.99 / 0.94 / 0.97; kimi-linear-small batch 32 0.93, batch 64 0.97.
+// Strips also serve up to kMaxWideStripRows rows while x (which every strip reads again for each
+// group) has at most kMaxWideStripX elements: 512 KiB in fp32, 256 KiB in bf16, in L2. One thread,
+// the two ways alternating in one process, fp32 path: bf16 2048 x 512 / 2048 x 1024 / 1024 x 4096
+// at 32 rows 1.12 / 1.06 / 1.06x, at 64 rows 1.11 / 1.12 / 0.93x (x 1 MiB); MXFP4 512 x 256 and
+// 256 x 256 (K3's experts) at 20-64 rows 1.19-1.24x, 1024 x 1024 1.02-1.05x; the LM head's shape
+// 1.01-1.05x. bf16 path (GroupStripsBf16 against TileBf16's strips): 2048 x 512 / 2048 x 1024 at 32
+// and 64 rows 1.16-1.37x on 1 and 2 threads, 1024 x 4096 at 32 rows 1.03x, at 64 0.90x. Steps
+// alternated every ten in one process (median of 3-6 per-pair ratios), fp32 path: k3-mini batch 32
+// 0.96 / 0.95, batch 64 0.99 / 0.94 / 0.97; kimi-linear-small batch 32 0.93, batch 64 0.97; bf16
+// path: k3-mini batch 32 / 64 0.87 / 0.88, kimi-linear-small 0.88 / 0.93.
 constexpr int64_t kMaxWideStripRows = 64;
-constexpr int64_t kMaxWideStripXBytes = 512 << 10;
+constexpr int64_t kMaxWideStripX = 128 << 10;
 bool StripsFit(const Problem& p) {
-  return p.m <= kMaxStripRows ||
-         (p.m <= kMaxWideStripRows && p.m * p.kp * 4 <= kMaxWideStripXBytes);
+  return p.m <= kMaxStripRows || (p.m <= kMaxWideStripRows && p.m * p.kp <= kMaxWideStripX);
 }
 // GroupsOneRow from K = 2048 (64 blocks) on: at K = 1024 it was 0.95-1.13x one group at a time
 // (paired passes, 1 and 2 threads), at 2304-7168 1.08-1.19x.
@@ -827,7 +829,7 @@ inline void GroupRowsBf16(const G& g, const Problem& p, int64_t nb, float* y, in
   }
 }
 
-// Packed bf16 W rows [n0, n1) against m <= kMaxStripRows bf16 x rows, group after group. TileBf16
+// Packed bf16 W rows [n0, n1) against m bf16 x rows (StripsFit), group after group. TileBf16
 // read these shapes without a prefetch and four rows at a time: a batch-8 kimi-linear-small step
 // with bf16 activations was slower than with fp32 ones.
 inline void GroupStripsBf16(const Problem& p, int64_t n0, int64_t n1) {
@@ -899,7 +901,7 @@ void RangeBf16(const Problem& p, int64_t n0, int64_t n1) {
   // matmul.cc keeps lane-major weights (kLanes, kPairs) on the fp32 path.
   assert(!w.packed || w.layout == PackLayout::kBlocks);
   if (w.format == WeightFormat::kMxfp4) return Mxfp4StripsBf16(p, n0, n1);
-  if (w.packed && p.m <= kMaxStripRows) return GroupStripsBf16(p, n0, n1);
+  if (w.packed && StripsFit(p)) return GroupStripsBf16(p, n0, n1);
   const Bf16Raw l{static_cast<const uint16_t*>(w.data), w.cols, w.packed};
   const int64_t full = w.cols / 32;
   const int rem = static_cast<int>(w.cols % 32);

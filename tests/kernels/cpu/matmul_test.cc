@@ -326,6 +326,11 @@ TEST(MatMul, Bf16ActivationsAreAccurateAndBatchInvariant) {
                          {3, 24, 128},
                          {8, 32, 256},
                          {16, 16, 512},
+                         // packed, 17-64 rows: the group kernels while x fits StripsFit's bound
+                         // (20 and 64 rows at K = 512), TileBf16 above it (40 rows at K = 4096)
+                         {20, 24, 512},
+                         {64, 16, 512},
+                         {40, 16, 4096},
                          // packed, one row, K >= 2048: three groups at a time in chunks of K
                          {1, 512, 2048},
                          {1, 488, 2080}}) {
