@@ -507,7 +507,7 @@ constexpr int64_t kGroupsOneRowMinBlocks = 64;
 // prefetch for every line besides it. Decode steps alternated every ten steps in one process
 // (median of per-pair ratios, 15-20 pairs), against prefetching every line: kimi-linear-small
 // batch 1 0.92-0.96 on 2 threads, 0.87-1.04 (median 0.95) on 1; k3-mini 0.95-0.98, 0.90-1.03
-// (median 0.94) on 1; spans of 8 to 128 KiB all gained, 1 MiB did not. MXFP4 ranges (an expert's
+// (median 0.93) on 1; spans of 8 to 128 KiB all gained, 1 MiB did not. MXFP4 ranges (an expert's
 // 35-70 KB at batch 1) take the same rule, level. GroupsOneRow keeps every prefetch: it reads three
 // groups in 4 KiB chunks, which the hardware does not follow (2048 x 7168 at 0.75-0.8 of the
 // speed without them). With more x rows a group is read once per strip, not as one stream, and
