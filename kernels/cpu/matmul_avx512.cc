@@ -350,7 +350,7 @@ inline void Tile(const L& l, const float* xp, int64_t kp, float* y, int64_t ldy,
 // kimi-linear-small took 12.3-13.0 ms, with 2-8 KiB ahead 10.4-11.7 ms, with 16 KiB 10.7-11.5 ms.
 constexpr int64_t kOneRowAhead = 8192;
 struct Bf16Group {
-  static constexpr int kStripRows = 2;  // x rows per strip: decoding a block is two instructions
+  static constexpr int kStripRows = 3;     // x rows per strip: widening a block is two instructions
   static constexpr int kGroupsAtOnce = 3;  // GroupsOneRow at one x row (24 accumulators)
   static constexpr int64_t kBlockBytes = kPackRows * 64;
   static constexpr int64_t kAheadBytes = kOneRowAhead;  // Prefetch's distance
@@ -473,15 +473,19 @@ KIMI_ALWAYS_INLINE void GroupsOneRow(const G* g, const float* xp, int64_t nb, fl
 }
 
 // Packed bf16 or MXFP4 (kBlocks) W rows [n0, n1) against m x rows (StripsFit): group after
-// group (bf16 at one x row and K >= 2048: three groups together, GroupsOneRow), one or two x rows
+// group (bf16 at one x row and K >= 2048: three groups together, GroupsOneRow), one to three x rows
 // against the whole group, or (MXFP4, m >= 3) strips of four x rows
 // against half a group, so that a code is decoded once per four rows. bf16 weights take strips of
-// two rows: the split costs two instructions per weight vector, and one thread, in-cache and
-// streamed shapes at m = 4-16 (K = 512-4096), ran 1.07-1.26x Tile<4, 4> (a one-pointer 4 x 4 form
-// was no faster than the strips). MXFP4 strips of four: batch-8 / 32 / 64 k3-mini steps, four
-// alternations with Tile, 17.2-17.9 / 50.5-57.9 / 98-107 ms against 18.6-22.3 / 54.7-59.7 /
-// 102-119 ms. Two rows (experts hit by two tokens) against Tile<2, 8>: batch-8 k3-mini 18.1-18.3
-// against 18.6-18.9 ms.
+// three rows (24 accumulators, x's six vectors, one weight vector's two halves: all 32 registers),
+// then two or one: widening costs two instructions per weight vector, once per strip. Strips of two
+// against Tile<4, 4>, one thread, in-cache and streamed shapes at m = 4-16 (K =
+// 512-4096): 1.07-1.26x (a one-pointer 4 x 4 form was no faster); three against two, alternated in
+// one process, 1024 x 1024 at m = 3-16 1.04-1.18x on one thread, 2048 x 512 / 512 x 4096 / the LM
+// head at m = 8 and 32 1.07-1.19x on two; steps, k3-mini batch 8 / 32 / 64 0.96 / 0.98 / 0.95,
+// kimi-linear-small batch 8 / 32 0.94 / 0.95. MXFP4 strips of four: batch-8 / 32 / 64 k3-mini
+// steps, four alternations with Tile, 17.2-17.9 / 50.5-57.9 / 98-107 ms against 18.6-22.3
+// / 54.7-59.7 / 102-119 ms. Two rows (experts hit by two tokens) against Tile<2, 8>: batch-8
+// k3-mini 18.1-18.3 against 18.6-18.9 ms.
 constexpr int64_t kMaxStripRows = 16;  // above it, Tile<4, 4> with x blocked for L2
 // Strips also serve up to kMaxWideStripRows rows while x (which every strip reads again for each
 // group) has at most kMaxWideStripX elements: 512 KiB in fp32, 256 KiB in bf16, in L2. One thread,
@@ -554,6 +558,14 @@ inline void GroupStrips(const MakeGroup& make, const Problem& p, int64_t n0, int
             i += 3;
           }
         }
+      }
+    }
+    if constexpr (G::kStripRows == 3) {  // four rows left go as two strips of two, not 3 + 1
+      for (; i + 3 <= p.m && p.m - i != 4; i += 3) {
+        __m512 acc[3][kPackRows];
+        GroupSums<3, kPackRows>(g, p.xp + i * p.kp, p.kp, nb, 0, acc);
+        StoreGroupSums<2>(acc, p.y + i * p.ldy + n, p.ldy);
+        StoreGroupSums<1>(acc + 2, p.y + (i + 2) * p.ldy + n, p.ldy);
       }
     }
     for (; i + 2 <= p.m; i += 2) {
