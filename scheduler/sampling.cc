@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <numeric>
@@ -134,40 +135,65 @@ double LogSumExp(std::span<const float> x, float mx) {
   return mx + std::log(ExpRow(x, mx, 1.0f, nullptr, nullptr));
 }
 
-// The best n ids of a row, best first: larger value, ties to the lower id. One pass keeping the
-// worst of the best n so far on top of a heap; a later id never beats an equal value.
+// The best n ids of a row, best first: larger value, ties to the lower id (NaNs never qualify while
+// there are n others). The n-th largest run maximum bounds the n-th best value from below (the n
+// largest maxima are n distinct elements), so only the elements at or above it are candidates: a
+// few runs' worth, ordered once. A heap offered every element above its current worst (some three
+// hundred pops and pushes at n = 40) was slower: one thread, 64 rows of 100,512 normal logits at
+// top-k 40, top-p 0.95, with the chosen token's logprob, 73-83 -> 59-69 us per row (47 -> 34
+// without the logprob), the same tokens.
 std::vector<int32_t> TopIds(std::span<const float> l, size_t n) {
   n = std::min(n, l.size());
-  std::vector<int32_t> heap;
-  if (n == 0) return heap;
-  heap.reserve(n);
+  std::vector<int32_t> ids;
+  if (n == 0) return ids;
   auto better = [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
-  for (size_t i = 0; i < n; ++i) {
-    heap.push_back(static_cast<int32_t>(i));
-    std::push_heap(heap.begin(), heap.end(), better);
-  }
-  float worst = l[heap.front()];
-  auto offer = [&](size_t i) {
-    if (!(l[i] > worst)) return;
-    std::pop_heap(heap.begin(), heap.end(), better);
-    heap.back() = static_cast<int32_t>(i);
-    std::push_heap(heap.begin(), heap.end(), better);
-    worst = l[heap.front()];
-  };
-  // Most runs hold nothing better than the current worst: test each run's maximum first.
-  const size_t runs = (l.size() - n) / kRun;
-  thread_local std::vector<float> maxima;
-  if (maxima.size() < runs) maxima.resize(runs);
-  RunMaxima(l.subspan(n, runs * kRun), maxima.data());
-  size_t i = n;
-  for (size_t r = 0; r < runs; ++r, i += kRun) {
-    if (maxima[r] > worst) {
-      for (size_t j = i; j < i + kRun; ++j) offer(j);
+  const size_t runs = l.size() / kRun;
+  if (runs >= n) {
+    thread_local std::vector<float> maxima, ranked;
+    if (maxima.size() < runs) maxima.resize(runs);
+    RunMaxima(l.first(runs * kRun), maxima.data());
+    // The n largest maxima on a min-heap (std::nth_element over all of them was three times
+    // slower: it partitions every maximum several times; the heap sees most of them once).
+    ranked.assign(maxima.begin(), maxima.begin() + static_cast<std::ptrdiff_t>(n));
+    std::make_heap(ranked.begin(), ranked.end(), std::greater<float>());
+    for (size_t r = n; r < runs; ++r) {
+      if (maxima[r] > ranked.front()) {
+        std::pop_heap(ranked.begin(), ranked.end(), std::greater<float>());
+        ranked.back() = maxima[r];
+        std::push_heap(ranked.begin(), ranked.end(), std::greater<float>());
+      }
+    }
+    const float bound = ranked.front();
+    for (size_t r = 0; r < runs; ++r) {
+      if (!(maxima[r] >= bound)) continue;
+      for (size_t j = r * kRun; j < (r + 1) * kRun; ++j) {
+        if (l[j] >= bound) ids.push_back(static_cast<int32_t>(j));
+      }
+    }
+    for (size_t j = runs * kRun; j < l.size(); ++j) {
+      if (l[j] >= bound) ids.push_back(static_cast<int32_t>(j));
     }
   }
-  for (; i < l.size(); ++i) offer(i);
-  std::sort_heap(heap.begin(), heap.end(), better);
-  return heap;
+  if (ids.size() < n) {  // a short row, or one of NaNs and -inf: order all of it
+    ids.clear();
+    for (size_t j = 0; j < l.size(); ++j) {
+      if (!std::isnan(l[j])) ids.push_back(static_cast<int32_t>(j));
+    }
+    for (size_t j = 0; j < l.size() && ids.size() < n; ++j) {
+      if (std::isnan(l[j])) ids.push_back(static_cast<int32_t>(j));  // after every number
+    }
+    const auto numbers =
+        std::find_if(ids.begin(), ids.end(), [&](int32_t i) { return std::isnan(l[i]); });
+    std::partial_sort(ids.begin(),
+                      ids.begin() + std::min<std::ptrdiff_t>(numbers - ids.begin(),
+                                                             static_cast<std::ptrdiff_t>(n)),
+                      numbers, better);
+    ids.resize(n);
+    return ids;
+  }
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(), better);
+  ids.resize(n);
+  return ids;
 }
 
 void ApplyPenalties(std::vector<float>& l, const SamplingParams& p,

@@ -201,5 +201,47 @@ TEST(Sampling, MatchesTheDefinitionOnALargeVocabulary) {
   EXPECT_EQ(draws, 4 * 6 * 25);
 }
 
+// The reported alternatives are the best ids by value, ties to the lower id, best first, and
+// never a NaN while numbers remain: on rows with many ties (values from a few dozen levels), with
+// NaNs and -inf sprinkled in, long enough to take the run-maxima bound and short enough (a few
+// runs) to be ordered whole; against a stable sort of the row.
+TEST(Sampling, AlternativesAreTheBestIdsTiesToTheLowerId) {
+  std::mt19937 rng(5);
+  for (const size_t vocab : {size_t{100000}, size_t{4103}, size_t{130}, size_t{7}}) {
+    for (int row = 0; row < 3; ++row) {
+      std::vector<float> l(vocab);
+      for (float& v : l) v = static_cast<float>(static_cast<int>(rng() % 40)) * 0.25f;
+      for (size_t i = 0; i < vocab / 50; ++i) l[rng() % vocab] = std::nanf("");
+      for (size_t i = 0; i < vocab / 50; ++i) l[rng() % vocab] = -INFINITY;
+      if (row == 2) {
+        for (float& v : l) v = std::nanf("");  // all NaN but a few numbers
+        for (int i = 0; i < 3; ++i) l[rng() % vocab] = static_cast<float>(i);
+      }
+      std::vector<int32_t> want(vocab);
+      std::iota(want.begin(), want.end(), 0);
+      std::stable_sort(want.begin(), want.end(), [&](int32_t a, int32_t b) {
+        if (std::isnan(l[a]) || std::isnan(l[b])) return !std::isnan(l[a]) && std::isnan(l[b]);
+        return l[a] > l[b];
+      });
+      for (const int32_t n : {1, 5, 40, 100}) {
+        SamplingParams p;
+        p.temperature = 0.0f;
+        p.logprobs = n;
+        const TokenChoice c = SampleToken(l, p, {}, {}, 0);
+        const size_t expect = std::min<size_t>(static_cast<size_t>(n), vocab);
+        ASSERT_EQ(c.top.size(), expect) << vocab << " " << n;
+        for (size_t k = 0; k < expect; ++k) {
+          if (std::isnan(l[want[k]])) {  // past the numbers: any NaN ids, none repeated
+            EXPECT_TRUE(std::isnan(l[c.top[k].first])) << vocab << " " << n << " " << k;
+          } else {
+            EXPECT_EQ(c.top[k].first, want[k])
+                << vocab << " row " << row << " n " << n << " k " << k;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kimi::sched
