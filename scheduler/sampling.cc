@@ -179,15 +179,12 @@ std::vector<int32_t> TopIds(std::span<const float> l, size_t n) {
     for (size_t j = 0; j < l.size(); ++j) {
       if (!std::isnan(l[j])) ids.push_back(static_cast<int32_t>(j));
     }
+    const size_t numbers = ids.size();  // NaNs, if needed, go after every number, by id
     for (size_t j = 0; j < l.size() && ids.size() < n; ++j) {
-      if (std::isnan(l[j])) ids.push_back(static_cast<int32_t>(j));  // after every number
+      if (std::isnan(l[j])) ids.push_back(static_cast<int32_t>(j));
     }
-    const auto numbers =
-        std::find_if(ids.begin(), ids.end(), [&](int32_t i) { return std::isnan(l[i]); });
-    std::partial_sort(ids.begin(),
-                      ids.begin() + std::min<std::ptrdiff_t>(numbers - ids.begin(),
-                                                             static_cast<std::ptrdiff_t>(n)),
-                      numbers, better);
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(std::min(numbers, n)),
+                      ids.begin() + static_cast<std::ptrdiff_t>(numbers), better);
     ids.resize(n);
     return ids;
   }
