@@ -1,6 +1,7 @@
 // Feed-forward sublayers: the gated dense MLP and the mixture of experts (KIMI_LINEAR.md 3.3-3.4,
 // KIMI_K3.md 5.2, 5.5).
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "engine/expert_placement.h"
@@ -29,10 +30,12 @@ void GatedMlpDown(const ModelConfig& c, const MlpWeights& w, float* gate, const 
 void GatedMlp(const ModelConfig& c, const MlpWeights& w, const float* x, float* out, int64_t rows) {
   using namespace kimi::cpu;
   const int64_t I = w.gate.rows;
-  std::vector<float> gate(rows * I), up(rows * I);
-  const MatMulTarget targets[] = {{gate.data(), I, &w.gate}, {up.data(), I, &w.up}};
+  // Written whole by the products: no zero fill (a decode step runs a few hundred of these).
+  const auto gate = std::make_unique_for_overwrite<float[]>(rows * I);
+  const auto up = std::make_unique_for_overwrite<float[]>(rows * I);
+  const MatMulTarget targets[] = {{gate.get(), I, &w.gate}, {up.get(), I, &w.up}};
   MatMulMany(targets, x, w.gate.cols, rows);
-  GatedMlpDown(c, w, gate.data(), up.data(), out, rows);
+  GatedMlpDown(c, w, gate.get(), up.get(), out, rows);
 }
 
 namespace {
@@ -40,14 +43,20 @@ namespace {
 // One unit of MoE work: an expert (or the shared experts) over its tokens.
 struct ExpertJob {
   const MlpWeights* w;
-  const float* in;  // [n, width] gathered rows; null when gate / up below are already computed
-  float* out;       // [n, out width]
+  float* in;   // [n, width] the expert's rows, gathered by Run; null when gate / up below are
+               // already computed
+  float* out;  // [n, out width]
   int64_t n;
   double cost;
   float* gate = nullptr;  // [n, w->gate.rows] each, with in == nullptr
   const float* up = nullptr;
+  // Row i of `in` is row rows[i] of `src` (width wide): the gather runs in the job, on its thread.
+  const float* src = nullptr;
+  const int64_t* rows = nullptr;
+  int64_t width = 0;
   void Run(const ModelConfig& c) const {
     if (in) {
+      for (int64_t i = 0; i < n; ++i) std::copy_n(src + rows[i] * width, width, in + i * width);
       GatedMlp(c, *w, in, out, n);
     } else {
       GatedMlpDown(c, *w, gate, up, out, n);
@@ -161,21 +170,34 @@ absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, floa
     stats->balanced_imbalance = place.balanced_imbalance;
     stats->replicated = place.replicated;
   }
-  // This rank's pairs per expert, in token order; each expert's rows gathered into one buffer.
-  std::vector<std::vector<int64_t>> mine(E);
-  for (int64_t i = 0; i < T * k; ++i) {
-    if (!ep || place.rank_of_pair[i] == split.expert_rank) mine[ids[i]].push_back(i);
+  // This rank's pairs grouped by expert, in token order (a counting sort): routing pair i's rows
+  // are row slot[i] of `in` and `res` (-1: on another rank), expert e's are rows [first[e],
+  // first[e + 1]), and token_of names each row's token. Each job gathers its rows itself, side by
+  // side with the others.
+  const auto mine = [&](int64_t i) { return !ep || place.rank_of_pair[i] == split.expert_rank; };
+  std::vector<int64_t> first(E + 1, 0), slot(T * k, -1), token_of(T * k);
+  for (int64_t i = 0; i < T * k; ++i) first[ids[i] + 1] += mine(i) ? 1 : 0;
+  for (int64_t e = 0; e < E; ++e) first[e + 1] += first[e];
+  {
+    std::vector<int64_t> next(first.begin(), first.end() - 1);
+    for (int64_t i = 0; i < T * k; ++i) {
+      if (!mine(i)) continue;
+      slot[i] = next[ids[i]]++;
+      token_of[slot[i]] = i / k;
+    }
   }
-  std::vector<int64_t> first(E + 1, 0);
-  for (int64_t e = 0; e < E; ++e) first[e + 1] = first[e] + static_cast<int64_t>(mine[e].size());
-  std::vector<float> in(first[E] * D), res(first[E] * D);
+  const auto in = std::make_unique_for_overwrite<float[]>(first[E] * D);
+  const auto res = std::make_unique_for_overwrite<float[]>(first[E] * D);
   std::vector<ExpertJob> jobs;
   for (int64_t e = 0; e < E; ++e) {
     const int64_t n = first[e + 1] - first[e];
     if (n == 0 || !w.experts[e].gate.data) continue;  // none here, or not bound on this rank
-    for (int64_t i = 0; i < n; ++i) std::copy_n(z + mine[e][i] / k * D, D, &in[(first[e] + i) * D]);
-    jobs.push_back(
-        {&w.experts[e], &in[first[e] * D], &res[first[e] * D], n, JobCost(w.experts[e], n)});
+    ExpertJob job{&w.experts[e], &in[first[e] * D], &res[first[e] * D], n,
+                  JobCost(w.experts[e], n)};
+    job.src = z;
+    job.rows = &token_of[first[e]];
+    job.width = D;
+    jobs.push_back(job);
   }
   std::vector<float> shared;
   if (w.shared.gate.data) {
@@ -187,29 +209,34 @@ absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, floa
 
   std::vector<float> y(T * D, 0.0f);
   if (!ep) {
-    // A token's outputs in ascending expert id: the order depends on the token alone.
-    for (int64_t e = 0; e < E; ++e) {
-      for (int64_t i = 0; i < first[e + 1] - first[e]; ++i) {
-        const int64_t pair = mine[e][i];
-        float* yt = &y[pair / k * D];
-        const float wt = weights[pair];
-        const float* r = &res[(first[e] + i) * D];
-        for (int64_t j = 0; j < D; ++j) yt[j] += wt * r[j];
+    // A token's outputs in ascending expert id: the order depends on the token alone (tokens in
+    // parallel, each summed by one thread).
+    cpu::ParallelFor(T, 4, [&](int64_t t0, int64_t t1) {
+      std::vector<int64_t> order(k);
+      for (int64_t t = t0; t < t1; ++t) {
+        for (int64_t j = 0; j < k; ++j) order[j] = t * k + j;
+        std::sort(order.begin(), order.end(),
+                  [&](int64_t a, int64_t b) { return ids[a] < ids[b]; });
+        float* yt = &y[t * D];
+        for (int64_t i : order) {
+          if (slot[i] < 0 || !w.experts[ids[i]].gate.data) continue;
+          const float wt = weights[i];
+          const float* r = &res[slot[i] * D];
+          for (int64_t j = 0; j < D; ++j) yt[j] += wt * r[j];
+        }
       }
-    }
+    });
   } else {
     // Expert parallel: every pair's weighted output lands in its own slot on the rank that made
     // it (zeros elsewhere), the slots are summed over the ranks (exact: one non-zero per slot),
     // and each token adds its slots in ascending expert id, as one process does.
     std::vector<float> slots(T * k * D, 0.0f);
-    for (int64_t e = 0; e < E; ++e) {
-      for (int64_t i = 0; i < first[e + 1] - first[e]; ++i) {
-        const int64_t pair = mine[e][i];
-        const float wt = weights[pair];
-        const float* r = &res[(first[e] + i) * D];
-        float* slot = &slots[pair * D];
-        for (int64_t j = 0; j < D; ++j) slot[j] = wt * r[j];
-      }
+    for (int64_t i = 0; i < T * k; ++i) {
+      if (slot[i] < 0 || !w.experts[ids[i]].gate.data) continue;
+      const float wt = weights[i];
+      const float* r = &res[slot[i] * D];
+      float* out_slot = &slots[i * D];
+      for (int64_t j = 0; j < D; ++j) out_slot[j] = wt * r[j];
     }
     if (absl::Status s = split.Reduce(slots.data(), T * k * D); !s.ok()) return s;
     std::vector<int64_t> order(k);

@@ -271,6 +271,10 @@ absl::Status ParseTextModel(const json& obj, const std::string& path, ModelConfi
       r.Fail("num_expert_group", "must divide num_experts");
     }
     if (c.moe.topk_groups > c.moe.num_groups) r.Fail("topk_group", "exceeds num_expert_group");
+    if (c.moe.num_experts % c.moe.num_groups == 0 &&
+        c.moe.topk_groups * (c.moe.num_experts / c.moe.num_groups) < c.moe.top_k) {
+      r.Fail("topk_group", "keeps fewer experts than num_experts_per_token");
+    }
     if (c.moe.latent_dim < 0) r.Fail("routed_expert_hidden_size", "must be >= 0");
   } else {
     r.Ignore({"num_experts_per_token", "moe_intermediate_size", "num_shared_experts",

@@ -86,6 +86,12 @@ TEST(ModelConfig, ErrorsNameTheKey) {
   EXPECT_TRUE(has(e, "num_experts_per_token")) << e;
   e = ErrorAfter([](json& j) { j["num_experts_per_token"] = 300; });
   EXPECT_TRUE(has(e, "num_experts_per_token")) << e;
+  // 256 experts in 32 groups of 8, one group kept: 8 experts for 9 places.
+  e = ErrorAfter([](json& j) {
+    j["num_expert_group"] = 32;
+    j["num_experts_per_token"] = 9;
+  });
+  EXPECT_TRUE(has(e, "topk_group") && has(e, "fewer experts")) << e;
   e = ErrorAfter([](json& j) { j["linear_attn_config"]["kda_layers"].push_back(4); });
   EXPECT_TRUE(has(e, "linear_attn_config.full_attn_layers") || has(e, "listed twice")) << e;
   e = ErrorAfter([](json& j) { j["linear_attn_config"]["full_attn_layers"].erase(0); });

@@ -67,5 +67,28 @@ TEST(MoeRoute, GroupedTopK) {
   }
 }
 
+// The k best experts by biased score against a stable sort of every expert: ties (many, from
+// logits drawn from a few values) go to the lower id, and a NaN logit ranks below every number.
+TEST(MoeRoute, TiesGoToTheLowerIdAndNanRanksLast) {
+  const int64_t T = 40, E = 64, K = 8;
+  std::vector<float> logits = testing::RandomVector(T * E, 3, -2.0f, 2.0f);
+  for (int64_t i = 0; i < T * E; ++i) logits[i] = std::round(logits[i] * 2.0f) / 2.0f;
+  for (int64_t t = 0; t < T; t += 3) logits[t * E + (t * 7) % E] = NAN;
+  logits[5 * E + 1] = INFINITY;
+  std::vector<int32_t> ids(T * K);
+  std::vector<float> w(T * K);
+  MoeRoute(ids.data(), w.data(), logits.data(), nullptr, T, MoeRouteParams{E, K, 1, 1, true, 1.0f});
+  for (int64_t t = 0; t < T; ++t) {
+    auto key = [&](int e) {
+      const float s = 1.0f / (1.0f + std::exp(-logits[t * E + e]));
+      return std::isnan(s) ? -INFINITY : s;
+    };
+    std::vector<int> order(E);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return key(a) > key(b); });
+    for (int64_t j = 0; j < K; ++j) ASSERT_EQ(ids[t * K + j], order[j]) << "token " << t;
+  }
+}
+
 }  // namespace
 }  // namespace kimi::cpu
