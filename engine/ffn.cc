@@ -30,9 +30,7 @@ void GatedMlpDown(const ModelConfig& c, const MlpWeights& w, float* gate, const 
 void GatedMlp(const ModelConfig& c, const MlpWeights& w, const float* x, float* out, int64_t rows) {
   using namespace kimi::cpu;
   const int64_t I = w.gate.rows;
-  // Written whole by the products: no zero fill (a decode step runs a few hundred of these).
-  const auto gate = std::make_unique_for_overwrite<float[]>(rows * I);
-  const auto up = std::make_unique_for_overwrite<float[]>(rows * I);
+  const auto gate = Scratch(rows * I), up = Scratch(rows * I);
   const MatMulTarget targets[] = {{gate.get(), I, &w.gate}, {up.get(), I, &w.up}};
   MatMulMany(targets, x, w.gate.cols, rows);
   GatedMlpDown(c, w, gate.get(), up.get(), out, rows);
@@ -134,28 +132,29 @@ absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, floa
   // Every product of x in one pass (fewer, larger parallel sections; at batch 1 each of these
   // is a few microseconds of work): the router, the latent down projection, and the shared
   // experts' gate and up.
-  std::vector<float> logits(T * E), latent, shared_gate, shared_up;
+  const auto logits = Scratch(T * E);
+  std::unique_ptr<float[]> latent, shared_gate, shared_up;
   {
-    std::vector<MatMulTarget> targets = {{logits.data(), E, &w.router}};
+    std::vector<MatMulTarget> targets = {{logits.get(), E, &w.router}};
     if (m.latent_dim > 0) {
-      latent.resize(T * D);
-      targets.push_back({latent.data(), D, &w.latent_down});
+      latent = Scratch(T * D);
+      targets.push_back({latent.get(), D, &w.latent_down});
     }
     if (w.shared.gate.data) {
       const int64_t I = w.shared.gate.rows;
-      shared_gate.resize(T * I);
-      shared_up.resize(T * I);
-      targets.push_back({shared_gate.data(), I, &w.shared.gate});
-      targets.push_back({shared_up.data(), I, &w.shared.up});
+      shared_gate = Scratch(T * I);
+      shared_up = Scratch(T * I);
+      targets.push_back({shared_gate.get(), I, &w.shared.gate});
+      targets.push_back({shared_up.get(), I, &w.shared.up});
     }
     MatMulMany(targets, x, d, T);
   }
   std::vector<int32_t> ids(T * k);
   std::vector<float> weights(T * k);
   const MoeRouteParams route{E, k, m.num_groups, m.topk_groups, m.renormalize, m.routed_scaling};
-  MoeRoute(ids.data(), weights.data(), logits.data(), w.bias, T, route);
+  MoeRoute(ids.data(), weights.data(), logits.get(), w.bias, T, route);
 
-  const float* z = m.latent_dim > 0 ? latent.data() : x;
+  const float* z = m.latent_dim > 0 ? latent.get() : x;
   // Which rank computes each routed pair (all here unless experts are parallel).
   const bool ep = split.expert_ranks > 1;
   const ExpertPlacement place = PlaceExperts(ids, E, ep ? split.expert_ranks : 1,
@@ -186,8 +185,7 @@ absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, floa
       token_of[slot[i]] = i / k;
     }
   }
-  const auto in = std::make_unique_for_overwrite<float[]>(first[E] * D);
-  const auto res = std::make_unique_for_overwrite<float[]>(first[E] * D);
+  const auto in = Scratch(first[E] * D), res = Scratch(first[E] * D);
   std::vector<ExpertJob> jobs;
   for (int64_t e = 0; e < E; ++e) {
     const int64_t n = first[e + 1] - first[e];
@@ -199,11 +197,11 @@ absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, floa
     job.width = D;
     jobs.push_back(job);
   }
-  std::vector<float> shared;
+  std::unique_ptr<float[]> shared;
   if (w.shared.gate.data) {
-    shared.resize(T * d);
-    jobs.push_back({&w.shared, nullptr, shared.data(), T, JobCost(w.shared, T, /*down_only=*/true),
-                    shared_gate.data(), shared_up.data()});
+    shared = Scratch(T * d);
+    jobs.push_back({&w.shared, nullptr, shared.get(), T, JobCost(w.shared, T, /*down_only=*/true),
+                    shared_gate.get(), shared_up.get()});
   }
   RunExpertJobs(c, jobs);
 
@@ -251,7 +249,7 @@ absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, floa
     }
   }
   // With shared experts split like the routed ones and no latent, one reduction covers both.
-  const bool fold_shared = split.shared && m.latent_dim == 0 && !shared.empty();
+  const bool fold_shared = split.shared && m.latent_dim == 0 && shared != nullptr;
   if (fold_shared) {
     for (int64_t i = 0; i < T * d; ++i) y[i] += shared[i];
   }
@@ -264,9 +262,9 @@ absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, floa
   } else {
     std::copy(y.begin(), y.end(), out);
   }
-  if (!shared.empty() && !fold_shared) {
+  if (shared && !fold_shared) {
     if (split.shared) {
-      if (absl::Status s = split.Reduce(shared.data(), T * d); !s.ok()) return s;
+      if (absl::Status s = split.Reduce(shared.get(), T * d); !s.ok()) return s;
     }
     for (int64_t i = 0; i < T * d; ++i) out[i] += shared[i];
   }

@@ -20,25 +20,26 @@ absl::Status Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, c
 
   // Every projection of x in one pass: q, k, v (before the conv), the decay gate's low rank, beta,
   // and the output gate (full rank, or its low rank).
-  std::vector<float> proj(3 * T * P);  // [3][T, P]
-  std::vector<float> low(T * w.f_a.rows), g(T * P), beta(T * H);
-  std::vector<float> gate(T * P), gate_low;
+  const auto proj = Scratch(3 * T * P);  // [3][T, P]
+  const auto low = Scratch(T * w.f_a.rows), g = Scratch(T * P), beta = Scratch(T * H);
+  const auto gate = Scratch(T * P);
+  std::unique_ptr<float[]> gate_low;
   {
     const int64_t d = c.hidden;
-    std::vector<MatMulTarget> targets = {{proj.data(), P, &w.q_proj},
-                                         {proj.data() + T * P, P, &w.k_proj},
-                                         {proj.data() + 2 * T * P, P, &w.v_proj},
-                                         {low.data(), w.f_a.rows, &w.f_a},
-                                         {beta.data(), H, &w.b_proj}};
+    std::vector<MatMulTarget> targets = {{proj.get(), P, &w.q_proj},
+                                         {proj.get() + T * P, P, &w.k_proj},
+                                         {proj.get() + 2 * T * P, P, &w.v_proj},
+                                         {low.get(), w.f_a.rows, &w.f_a},
+                                         {beta.get(), H, &w.b_proj}};
     if (c.kda.full_rank_gate) {
-      targets.push_back({gate.data(), P, &w.g_proj});
+      targets.push_back({gate.get(), P, &w.g_proj});
     } else {
-      gate_low.resize(T * w.g_a.rows);
-      targets.push_back({gate_low.data(), w.g_a.rows, &w.g_a});
+      gate_low = Scratch(T * w.g_a.rows);
+      targets.push_back({gate_low.get(), w.g_a.rows, &w.g_a});
     }
     MatMulMany(targets, x, d, T);
   }
-  std::vector<float> qkv(3 * T * P);  // after conv + SiLU
+  const auto qkv = Scratch(3 * T * P);  // after conv + SiLU
   const float* conv_w[3] = {w.q_conv, w.k_conv, w.v_conv};
   // Each (sequence, q / k / v) convolution is independent: spread over the threads (at batched
   // decode, 3 per sequence of one token each; serial, they were about 6% of the calling thread's
@@ -48,23 +49,23 @@ absl::Status Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, c
       const SeqSpan& s = layout.seqs[item / 3];
       const int64_t i = item % 3;
       float* conv_state = pool.Conv(s.kda_slot, kda_index);  // [3, W-1, P]
-      CausalConv1dSilu(qkv.data() + i * T * P + s.offset * P, P,
-                       proj.data() + i * T * P + s.offset * P, P, s.count, P, conv_w[i], W,
+      CausalConv1dSilu(qkv.get() + i * T * P + s.offset * P, P,
+                       proj.get() + i * T * P + s.offset * P, P, s.count, P, conv_w[i], W,
                        conv_state + i * (W - 1) * P);
     }
   });
-  float* q = qkv.data();
+  float* q = qkv.get();
   float* k = q + T * P;
   float* v = k + T * P;
   L2Norm(q, T * H, K, 1e-6f);
   L2Norm(k, T * H, K, 1e-6f);
 
   // Decay gate (fp32) and beta.
-  MatMul(g.data(), low.data(), w.f_b, T);
-  KdaGate(g.data(), g.data(), T, H, K, w.a_log, w.dt_bias, c.kda.gate_lower_bound);
-  SigmoidInPlace(beta.data(), T * H);
+  MatMul(g.get(), low.get(), w.f_b, T);
+  KdaGate(g.get(), g.get(), T, H, K, w.a_log, w.dt_bias, c.kda.gate_lower_bound);
+  SigmoidInPlace(beta.get(), T * H);
 
-  std::vector<float> o(T * P);
+  const auto o = Scratch(T * P);
   const float scale = 1.0f / std::sqrt(static_cast<float>(K));
   const auto attend = [&](const SeqSpan& s) {
     const KdaDims d{s.count, H, K, K};
@@ -72,11 +73,11 @@ absl::Status Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, c
     float* state = pool.Recurrent(s.kda_slot, kda_index);
     // One token: the recurrence. More: the chunked form on the absolute 64-token grid.
     if (s.count == 1) {
-      KdaRecurrent(o.data() + a, q + a, k + a, v + a, g.data() + a, beta.data() + s.offset * H,
-                   state, d, scale);
+      KdaRecurrent(o.get() + a, q + a, k + a, v + a, g.get() + a, beta.get() + s.offset * H, state,
+                   d, scale);
     } else {
-      KdaChunk(o.data() + a, q + a, k + a, v + a, g.data() + a, beta.data() + s.offset * H, state,
-               d, scale, s.pos0);
+      KdaChunk(o.get() + a, q + a, k + a, v + a, g.get() + a, beta.get() + s.offset * H, state, d,
+               scale, s.pos0);
     }
   };
   // Many short sequences (batched decode): one sequence per thread at a time; otherwise each
@@ -90,10 +91,10 @@ absl::Status Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, c
   }
 
   // Output gate: low rank (Kimi Linear) or full rank (K3).
-  if (!c.kda.full_rank_gate) MatMul(gate.data(), gate_low.data(), w.g_b, T);
-  RmsNorm(o.data(), o.data(), w.o_norm, T * H, K, c.rms_eps);
-  MulSigmoid(o.data(), gate.data(), T * P);
-  MatMul(out, o.data(), w.o_proj, T);
+  if (!c.kda.full_rank_gate) MatMul(gate.get(), gate_low.get(), w.g_b, T);
+  RmsNorm(o.get(), o.get(), w.o_norm, T * H, K, c.rms_eps);
+  MulSigmoid(o.get(), gate.get(), T * P);
+  MatMul(out, o.get(), w.o_proj, T);
   return split.heads ? split.Reduce(out, T * c.hidden) : absl::OkStatus();
 }
 

@@ -22,24 +22,25 @@ absl::Status Mla(const ModelConfig& c, const MlaWeights& w, int64_t mla_index, c
 
   // Every projection of x in one pass: q (or q-LoRA's down projection), the cached latent, the
   // output gate.
-  std::vector<float> q(T * H * qk), cq, latent(T * width), gate;
+  const auto q = Scratch(T * H * qk), latent = Scratch(T * width);
+  std::unique_ptr<float[]> cq, gate;
   {
-    std::vector<MatMulTarget> targets = {{latent.data(), width, &w.kv_a_proj}};
+    std::vector<MatMulTarget> targets = {{latent.get(), width, &w.kv_a_proj}};
     if (m.q_lora_rank > 0) {
-      cq.resize(T * m.q_lora_rank);
-      targets.push_back({cq.data(), m.q_lora_rank, &w.q_a_proj});
+      cq = Scratch(T * m.q_lora_rank);
+      targets.push_back({cq.get(), m.q_lora_rank, &w.q_a_proj});
     } else {
-      targets.push_back({q.data(), H * qk, &w.q_proj});
+      targets.push_back({q.get(), H * qk, &w.q_proj});
     }
     if (m.output_gate) {
-      gate.resize(T * H * m.v_head_dim);
-      targets.push_back({gate.data(), H * m.v_head_dim, &w.g_proj});
+      gate = Scratch(T * H * m.v_head_dim);
+      targets.push_back({gate.get(), H * m.v_head_dim, &w.g_proj});
     }
     MatMulMany(targets, x, c.hidden, T);
   }
   if (m.q_lora_rank > 0) {
-    RmsNorm(cq.data(), cq.data(), w.q_a_norm, T, m.q_lora_rank, m.norm_eps);
-    MatMul(q.data(), cq.data(), w.q_b_proj, T);
+    RmsNorm(cq.get(), cq.get(), w.q_a_norm, T, m.q_lora_rank, m.norm_eps);
+    MatMul(q.get(), cq.get(), w.q_b_proj, T);
   }
   for (int64_t t = 0; t < T; ++t) {  // k_pe is not normalised
     RmsNorm(&latent[t * width], &latent[t * width], w.kv_a_norm, 1, R, m.norm_eps);
@@ -62,15 +63,15 @@ absl::Status Mla(const ModelConfig& c, const MlaWeights& w, int64_t mla_index, c
   // Absorbed queries qa [T, H, R + rope] = (W_UK_h^T q_nope | q_pe), one MatMul per head over
   // every token of the step.
   const int64_t wa = R + m.qk_rope_head_dim;
-  std::vector<float> qa(T * H * wa);
+  const auto qa = Scratch(T * H * wa);
   per_head([&](int64_t h) {
-    MatMul(qa.data() + h * wa, H * wa, q.data() + h * qk, H * qk, w.uk_t.Rows(h * R, R), T);
+    MatMul(qa.get() + h * wa, H * wa, q.get() + h * qk, H * qk, w.uk_t.Rows(h * R, R), T);
   });
   for (int64_t i = 0; i < T * H; ++i) {
     std::copy_n(&q[i * qk + m.qk_nope_head_dim], m.qk_rope_head_dim, &qa[i * wa + R]);
   }
   // Attention in the latent space, per sequence over its own pages.
-  std::vector<float> o_lat(T * H * R);
+  const auto o_lat = Scratch(T * H * R);
   const float scale = 1.0f / std::sqrt(static_cast<float>(qk));
   const auto attend = [&](const SeqSpan& s) {
     const PagedRows rows{cache.LayerPool(mla_index), s.pages.data(), cache.page_size(), width};
@@ -78,7 +79,7 @@ absl::Status Mla(const ModelConfig& c, const MlaWeights& w, int64_t mla_index, c
       const float* src = &latent[(s.offset + i) * width];
       std::copy(src, src + width, rows.Row(s.pos0 + i));
     }
-    MlaLatentAttention(o_lat.data() + s.offset * H * R, qa.data() + s.offset * H * wa, s.count,
+    MlaLatentAttention(o_lat.get() + s.offset * H * R, qa.get() + s.offset * H * wa, s.count,
                        s.pos0, rows, H, R, m.qk_rope_head_dim, scale);
   };
   // Many short sequences (batched decode): one sequence per thread at a time. Otherwise each
@@ -91,14 +92,14 @@ absl::Status Mla(const ModelConfig& c, const MlaWeights& w, int64_t mla_index, c
     for (const SeqSpan& s : layout.seqs) attend(s);
   }
   // o_h = W_UV_h o_lat, one MatMul per head over every token.
-  std::vector<float> o(T * H * m.v_head_dim);
+  const auto o = Scratch(T * H * m.v_head_dim);
   per_head([&](int64_t h) {
     const int64_t row0 = h * (m.qk_nope_head_dim + m.v_head_dim) + m.qk_nope_head_dim;
-    MatMul(o.data() + h * m.v_head_dim, H * m.v_head_dim, o_lat.data() + h * R, H * R,
+    MatMul(o.get() + h * m.v_head_dim, H * m.v_head_dim, o_lat.get() + h * R, H * R,
            w.kv_b_proj.Rows(row0, m.v_head_dim), T);
   });
-  if (m.output_gate) MulSigmoid(o.data(), gate.data(), static_cast<int64_t>(o.size()));
-  MatMul(out, o.data(), w.o_proj, T);
+  if (m.output_gate) MulSigmoid(o.get(), gate.get(), T * H * m.v_head_dim);
+  MatMul(out, o.get(), w.o_proj, T);
   return split.heads ? split.Reduce(out, T * c.hidden) : absl::OkStatus();
 }
 
