@@ -3,15 +3,28 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/target_clones.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace kimi::cpu {
 namespace {
 
-double SumSquares(const float* x, int64_t dim) {
-  double s = 0.0;
-  for (int64_t j = 0; j < dim; ++j) s += static_cast<double>(x[j]) * x[j];
-  return s;
+// The sum of squares over dim, in double (each square exact): eight partial sums (lane l takes
+// j % 8 == l) added pairwise at the end, as DotAndSquares does, so the compiler vectorises the
+// loop. A single running sum was a chain of dependent adds (about 0.6 us for a 512-wide row): at
+// batch 8 the norms were 2.4% of the calling thread's time in a k3-mini step.
+KIMI_CLONES double SumSquares(const float* x, int64_t dim) {
+  constexpr int kLanes = 8;
+  double q[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= dim; j += kLanes) {
+    for (int l = 0; l < kLanes; ++l) q[l] += static_cast<double>(x[j + l]) * x[j + l];
+  }
+  for (int l = 0; j < dim; ++j, ++l) q[l] += static_cast<double>(x[j]) * x[j];
+  for (int width = kLanes / 2; width > 0; width /= 2) {
+    for (int l = 0; l < width; ++l) q[l] += q[l + width];
+  }
+  return q[0];
 }
 
 }  // namespace
