@@ -451,6 +451,17 @@ void RunInShares(ThreadPool& pool, int64_t units, int64_t grain, int64_t tile,
 
 void DequantizeRow(float* out, const Weight& w, int64_t r) {
   const int64_t k = w.cols;
+  if (w.packed && w.format == WeightFormat::kBF16 && w.layout == PackLayout::kBlocks &&
+      k % 32 == 0) {
+    // A block's 32 elements are 16 consecutive pairs: a packed embedding row (a decode step's
+    // token rows) without a unit lookup per element.
+    const auto* data = static_cast<const uint16_t*>(w.data);
+    for (int64_t b = 0; b < k; b += 32) {
+      const uint16_t* src = data + 2 * matmul_internal::PackedUnit(w, r, b, 16);
+      for (int i = 0; i < 32; ++i) out[b + i] = Bf16ToF32(src[i]);
+    }
+    return;
+  }
   if (w.packed) {
     for (int64_t i = 0; i < k; ++i) out[i] = matmul_internal::Element(w, r, i);
     return;
