@@ -170,10 +170,12 @@ absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, floa
     stats->replicated = place.replicated;
   }
   // This rank's pairs grouped by expert, in token order (a counting sort): routing pair i's rows
-  // are row slot[i] of `in` and `res` (-1: on another rank), expert e's are rows [first[e],
-  // first[e + 1]), and token_of names each row's token. Each job gathers its rows itself, side by
-  // side with the others.
-  const auto mine = [&](int64_t i) { return !ep || place.rank_of_pair[i] == split.expert_rank; };
+  // are row slot[i] of `in` and `res` (-1: computed on another rank, or its expert not bound
+  // here), expert e's are rows [first[e], first[e + 1]), and token_of names each row's token. Each
+  // job gathers its rows itself, side by side with the others.
+  const auto mine = [&](int64_t i) {
+    return (!ep || place.rank_of_pair[i] == split.expert_rank) && w.experts[ids[i]].gate.data;
+  };
   std::vector<int64_t> first(E + 1, 0), slot(T * k, -1), token_of(T * k);
   for (int64_t i = 0; i < T * k; ++i) first[ids[i] + 1] += mine(i) ? 1 : 0;
   for (int64_t e = 0; e < E; ++e) first[e + 1] += first[e];
@@ -189,7 +191,7 @@ absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, floa
   std::vector<ExpertJob> jobs;
   for (int64_t e = 0; e < E; ++e) {
     const int64_t n = first[e + 1] - first[e];
-    if (n == 0 || !w.experts[e].gate.data) continue;  // none here, or not bound on this rank
+    if (n == 0) continue;
     ExpertJob job{&w.experts[e], &in[first[e] * D], &res[first[e] * D], n,
                   JobCost(w.experts[e], n)};
     job.src = z;
@@ -205,19 +207,22 @@ absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, floa
   }
   RunExpertJobs(c, jobs);
 
+  // Token t's routing pairs in ascending expert id, the order its expert outputs are added in: it
+  // depends on the token alone.
+  const auto by_expert = [&](int64_t t, std::vector<int64_t>& order) {
+    for (int64_t j = 0; j < k; ++j) order[j] = t * k + j;
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return ids[a] < ids[b]; });
+  };
   std::vector<float> y(T * D, 0.0f);
   if (!ep) {
-    // A token's outputs in ascending expert id: the order depends on the token alone (tokens in
-    // parallel, each summed by one thread).
+    // Tokens in parallel, each summed by one thread.
     cpu::ParallelFor(T, 4, [&](int64_t t0, int64_t t1) {
       std::vector<int64_t> order(k);
       for (int64_t t = t0; t < t1; ++t) {
-        for (int64_t j = 0; j < k; ++j) order[j] = t * k + j;
-        std::sort(order.begin(), order.end(),
-                  [&](int64_t a, int64_t b) { return ids[a] < ids[b]; });
+        by_expert(t, order);
         float* yt = &y[t * D];
         for (int64_t i : order) {
-          if (slot[i] < 0 || !w.experts[ids[i]].gate.data) continue;
+          if (slot[i] < 0) continue;
           const float wt = weights[i];
           const float* r = &res[slot[i] * D];
           for (int64_t j = 0; j < D; ++j) yt[j] += wt * r[j];
@@ -230,7 +235,7 @@ absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, floa
     // and each token adds its slots in ascending expert id, as one process does.
     std::vector<float> slots(T * k * D, 0.0f);
     for (int64_t i = 0; i < T * k; ++i) {
-      if (slot[i] < 0 || !w.experts[ids[i]].gate.data) continue;
+      if (slot[i] < 0) continue;
       const float wt = weights[i];
       const float* r = &res[slot[i] * D];
       float* out_slot = &slots[i * D];
@@ -239,8 +244,7 @@ absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, floa
     if (absl::Status s = split.Reduce(slots.data(), T * k * D); !s.ok()) return s;
     std::vector<int64_t> order(k);
     for (int64_t t = 0; t < T; ++t) {
-      for (int64_t j = 0; j < k; ++j) order[j] = t * k + j;
-      std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return ids[a] < ids[b]; });
+      by_expert(t, order);
       float* yt = &y[t * D];
       for (int64_t pair : order) {
         const float* slot = &slots[pair * D];
