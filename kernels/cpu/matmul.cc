@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/cache_line.h"
 #include "kernels/cpu/matmul_impl.h"
+#include "kernels/cpu/next_product.h"
 #include "kernels/cpu/pack.h"
 #include "kernels/cpu/target_clones.h"
 #include "kernels/cpu/thread_pool.h"
@@ -280,6 +281,29 @@ void MatMul(float* y, int64_t ldy, const float* x, int64_t ldx, const Weight& w,
 
 namespace {
 
+// The first bytes of each thread's share of a product RunInShares runs over the global pool, up
+// to `cap` bytes and within the target the share starts in; first_unit[j] is target j's first
+// unit (first_unit[targets.size()] all units). Returns the number of shares.
+int ShareStarts(std::span<const MatMulTarget> targets, const int64_t* first_unit, int64_t tile,
+                int64_t cap, ThreadPool::MemoryRange* starts) {
+  const int64_t units = first_unit[targets.size()];
+  const int shares = matmul_internal::ShareCount(ThreadPool::Global());
+  for (int t = 0; t < shares; ++t) {
+    const int64_t lo = matmul_internal::ShareBegin(units, t, shares, tile);
+    const int64_t hi = matmul_internal::ShareBegin(units, t + 1, shares, tile);
+    size_t j = 0;
+    while (j + 1 < targets.size() && first_unit[j + 1] <= lo) ++j;
+    const Weight& w = *targets[j].w;
+    const int64_t row_bytes = w.DataBytes() / w.rows;  // rows (and packed row groups) in order
+    const int64_t r0 = (lo - first_unit[j]) * kRowUnit;
+    const int64_t r1 =
+        std::min((std::min(hi, first_unit[j + 1]) - first_unit[j]) * kRowUnit, w.rows);
+    starts[t] = {static_cast<const char*>(w.data) + r0 * row_bytes,
+                 std::min(cap, std::max<int64_t>(0, r1 - r0) * row_bytes)};
+  }
+  return shares;
+}
+
 // The products themselves: MatMulMany without its accounting.
 void RunMatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_t ldx, int64_t m) {
   const int64_t k = targets[0].w->cols, kp = (k + 31) / 32 * 32;
@@ -346,6 +370,17 @@ void RunMatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_
   // 0.987 / 0.995, with bf16 activations 0.987, kimi-linear-small 0.989; at 32 rows level (1.000).
   constexpr int64_t kMaxShareRows = 16;
   if (m <= kMaxShareRows && threads > 1 && units >= threads * std::max(grain, tile)) {
+    if (m == 1 && !ThreadPool::InParallelSection()) {
+      // For the threads to prefetch while they wait before the next run of this product
+      // (next_product.h): up to 256 KiB each, a quarter of a Zen 4 / 5 L2 (a wait of a few
+      // microseconds loads less). At one x row a product streams its weights, and batch-1 tokens
+      // ran 1.01-1.05x faster (k3-mini; kimi-linear-small 1.01-1.03); at 8 rows, where the
+      // products lean on compute, steps were level (0.988-1.009, 64 or 256 KiB).
+      ThreadPool::MemoryRange starts[matmul_internal::kMaxShares];
+      const int shares = ShareStarts(targets, first_unit, tile, 256 << 10, starts);
+      matmul_internal::HintNextProduct(ThreadPool::Global(), targets[0].w->data,
+                                       {starts, static_cast<size_t>(shares)});
+    }
     matmul_internal::RunInShares(ThreadPool::Global(), units, grain, tile, run_units);
     return;
   }
@@ -388,6 +423,12 @@ void MatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_t l
 
 namespace matmul_internal {
 
+int ShareCount(const ThreadPool& pool) { return std::min(pool.num_threads(), kMaxShares); }
+
+int64_t ShareBegin(int64_t units, int64_t t, int64_t shares, int64_t tile) {
+  return t == shares ? units : units * t / shares / tile * tile;
+}
+
 // Thread t starts on its own contiguous share of the units and takes its ranges (halving in
 // length, whole tiles, at least the grain) from the front, so its weights stream on from one range
 // into the next (the software prefetch runs ahead across the boundary); a thread that is done
@@ -397,8 +438,8 @@ namespace matmul_internal {
 // 0.49-0.63 of the streaming read, and one contiguous half per thread 1.08-1.19x that.
 void RunInShares(ThreadPool& pool, int64_t units, int64_t grain, int64_t tile,
                  const std::function<void(int64_t, int64_t)>& run_units) {
-  constexpr int kMaxShares = 16, kMaxShareRanges = 32;
-  const int64_t threads = std::min<int64_t>(pool.num_threads(), kMaxShares);
+  constexpr int kMaxShareRanges = 32;
+  const int64_t threads = ShareCount(pool);
   struct Share {
     int64_t bound[kMaxShareRanges + 1];
     int count = 0;
@@ -407,8 +448,8 @@ void RunInShares(ThreadPool& pool, int64_t units, int64_t grain, int64_t tile,
   Share shares[kMaxShares];
   for (int64_t t = 0; t < threads; ++t) {
     Share& s = shares[t];
-    const int64_t lo = units * t / threads / tile * tile;
-    const int64_t hi = t + 1 == threads ? units : units * (t + 1) / threads / tile * tile;
+    const int64_t lo = ShareBegin(units, t, threads, tile);
+    const int64_t hi = ShareBegin(units, t + 1, threads, tile);
     s.bound[0] = lo;
     while (s.bound[s.count] < hi) {
       const int64_t left = hi - s.bound[s.count];
@@ -432,9 +473,14 @@ void RunInShares(ThreadPool& pool, int64_t units, int64_t grain, int64_t tile,
       }
     }
   };
-  // [first, last) is one share, or all of them when the pool runs the job inline (nested): then
-  // they run front to back, in order.
+  // [first, last) is one part, or all of them when the pool runs the job inline (nested): then
+  // the shares run front to back, in order. A part starts on the share of the thread index that
+  // runs it, whose start that thread may have prefetched while it waited (next_product.h).
   pool.ParallelFor(threads, 1, [&](int64_t first, int64_t last) {
+    if (last - first == 1) {
+      first = ThreadPool::ThreadIndex() % threads;
+      last = first + 1;
+    }
     for (int64_t t = first; t < last; ++t) {
       for (int r; (r = take(shares[t], true)) >= 0;) {
         run_units(shares[t].bound[r], shares[t].bound[r + 1]);

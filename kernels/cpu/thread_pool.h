@@ -10,8 +10,9 @@
 // Dispatch is lock-free: the caller publishes the job in one cache line under a sequence number;
 // workers spin on it for a short while (KIMI_SPIN_US, default 300 us; yielding the core after 20
 // us) and then sleep on a futex, so a decode step's hundreds of short jobs cost about a microsecond
-// each to hand out, and an idle pool costs no CPU. The pool defaults to one thread per core, the
-// caller included: it never oversubscribes.
+// each to hand out, and an idle pool costs no CPU. While they wait, threads prefetch the memory
+// the caller named with SetIdleHints. The pool defaults to one thread per core, the caller
+// included: it never oversubscribes.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +49,22 @@ class ThreadPool {
   // True on a thread running a part of a parallel job (a worker, or the caller taking its share):
   // a ParallelFor from there runs inline, on that thread alone.
   static bool InParallelSection();
+
+  // The calling thread's index in its pool: 0 for the thread that calls ParallelFor, 1 ..
+  // num_threads() - 1 for the workers.
+  static int ThreadIndex();
+
+  // Memory for waiting threads to prefetch: while worker i waits for the next job (the caller is
+  // running serial code, or finishing its part) it prefetches by_thread[i] into its caches, and
+  // the caller by_thread[0] while it waits for the workers' parts; each range once, entries past
+  // the pool's threads ignored. A product names the start of each thread's share of the product
+  // expected next (kernels/cpu/next_product.h), so the waits load it. Replaces the previous
+  // hints; from the calling thread.
+  struct MemoryRange {
+    const void* begin = nullptr;
+    int64_t bytes = 0;
+  };
+  void SetIdleHints(const MemoryRange* by_thread, int count);
 
   // A word of per-thread kernel settings (e.g. the activation precision, kernels/cpu/matmul.h)
   // that every ParallelFor hands from the calling thread to the workers running its parts, so

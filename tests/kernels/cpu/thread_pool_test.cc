@@ -1,12 +1,17 @@
 // The thread pool's contract (kernels/cpu/thread_pool.h): every index runs exactly once, in at
 // most one range per thread (ParallelFor) or in whole chunks (ParallelForChunks), nested calls run
-// inline, the caller's context reaches the workers, and jobs stay correct when workers are late
-// (more threads than cores, so some are descheduled).
+// inline, the caller's context reaches the workers, jobs stay correct when workers are late (more
+// threads than cores, so some are descheduled), each thread keeps its index, and idle hints at any
+// address are harmless.
 #include "kernels/cpu/thread_pool.h"
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -128,6 +133,56 @@ TEST(ThreadPool, JobsAfterIdlePeriodsComplete) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));  // > the default 300 us spin
     ExpectEachIndexOnce(pool, 50, 1, 0);
     ExpectEachIndexOnce(pool, 50, 0, 2);
+  }
+}
+
+// Each thread keeps one index: the caller 0, the workers 1 .. threads - 1.
+TEST(ThreadPool, EachThreadHasItsOwnIndex) {
+  constexpr int kThreads = 3;
+  ThreadPool pool(kThreads);
+  EXPECT_EQ(ThreadPool::ThreadIndex(), 0);
+  std::mutex mu;
+  std::map<std::thread::id, std::set<int>> seen;
+  for (int round = 0; round < 20; ++round) {
+    pool.ParallelForChunks(64, 1, [&](int64_t, int64_t) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      seen[std::this_thread::get_id()].insert(ThreadPool::ThreadIndex());
+    });
+  }
+  std::set<int> indices;
+  for (const auto& [thread, index] : seen) {
+    ASSERT_EQ(index.size(), 1u) << "a thread changed its index";
+    const int i = *index.begin();
+    EXPECT_GE(i, 0);
+    EXPECT_LT(i, kThreads);
+    EXPECT_EQ(i == 0, thread == std::this_thread::get_id()) << "index " << i;
+    EXPECT_TRUE(indices.insert(i).second) << "two threads with index " << i;
+  }
+}
+
+// Idle hints are prefetched, never read: ranges at any address (null, unmapped, past a buffer's
+// end), of any length, more entries than threads, and hints replaced between jobs leave the jobs'
+// results as they are and the process alive.
+TEST(ThreadPool, IdleHintsAtAnyAddressAreHarmless) {
+  ThreadPool pool(3);
+  std::vector<char> buffer(1 << 20);
+  const ThreadPool::MemoryRange hints[] = {
+      {nullptr, 1 << 20},
+      {reinterpret_cast<const void*>(uintptr_t{4096}), 1 << 20},
+      {buffer.data() + buffer.size() - 64, 1 << 20},
+      {buffer.data(), -5},
+      {buffer.data(), 1 << 20}};
+  for (int round = 0; round < 40; ++round) {
+    const int first = round % 5, count = round % 7;
+    std::vector<ThreadPool::MemoryRange> by_thread;
+    for (int i = 0; i < count; ++i) by_thread.push_back(hints[(first + i) % 5]);
+    pool.SetIdleHints(by_thread.data(), count);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));  // the workers wait, prefetching
+    ExpectEachIndexOnce(pool, 100 + round, 1, 0);
+    ExpectEachIndexOnce(pool, 100 + round, 0, 3);
   }
 }
 
