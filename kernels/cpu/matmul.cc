@@ -374,8 +374,9 @@ void RunMatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_
       // For the threads to prefetch while they wait before the next run of this product
       // (next_product.h): up to 256 KiB each, a quarter of a Zen 4 / 5 L2 (a wait of a few
       // microseconds loads less). At one x row a product streams its weights, and batch-1 tokens
-      // ran 1.01-1.05x faster (k3-mini; kimi-linear-small 1.01-1.03); at 8 rows, where the
-      // products lean on compute, steps were level (0.988-1.009, 64 or 256 KiB).
+      // ran 1.02-1.05x faster (k3-mini; kimi-linear-small 1.01-1.03); at 8 rows, where the
+      // products lean on compute, steps were level with 64 KiB (0.988-1.009) and up to 1.013x
+      // slower with 256 KiB.
       ThreadPool::MemoryRange starts[matmul_internal::kMaxShares];
       const int shares = ShareStarts(targets, first_unit, tile, 256 << 10, starts);
       matmul_internal::HintNextProduct(ThreadPool::Global(), targets[0].w->data,
