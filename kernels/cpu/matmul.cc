@@ -370,11 +370,13 @@ void RunMatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_
   // 0.987 / 0.995, with bf16 activations 0.987, kimi-linear-small 0.989; at 32 rows level (1.000).
   constexpr int64_t kMaxShareRows = 16;
   if (m <= kMaxShareRows && threads > 1 && units >= threads * std::max(grain, tile)) {
-    if (m == 1 && !ThreadPool::InParallelSection()) {
+    constexpr int64_t kMaxHintRows = 4;
+    if (m <= kMaxHintRows && !ThreadPool::InParallelSection()) {
       // For the threads to prefetch while they wait before the next run of this product
       // (next_product.h): up to 256 KiB each, a quarter of a Zen 4 / 5 L2 (a wait of a few
-      // microseconds loads less). At one x row a product streams its weights, and batch-1 tokens
-      // ran 1.02-1.05x faster (k3-mini; kimi-linear-small 1.01-1.03); at 8 rows, where the
+      // microseconds loads less). At a few x rows a product mostly streams its weights: batch-1
+      // tokens ran 1.02-1.05x faster (k3-mini; kimi-linear-small 1.01-1.03), steps of 2-4
+      // sequences 1.03-1.05x (k3-mini; kimi-linear-small 0.99-1.01); at 8 rows, where the
       // products lean on compute, steps were level with 64 KiB (0.988-1.009) and up to 1.013x
       // slower with 256 KiB.
       ThreadPool::MemoryRange starts[matmul_internal::kMaxShares];
