@@ -66,11 +66,11 @@ void RouteTokens(int32_t* ids, float* weights, const float* logits, const float*
                        [&](int32_t a, int32_t b) { return group_score[a] > group_score[b]; });
       std::fill(group_kept.begin(), group_kept.end(), 0);
       for (int64_t gi = 0; gi < p.topk_groups; ++gi) group_kept[group_order[gi]] = 1;
-      TopK(
-          key.data(), E, k, [&](int64_t e) { return group_kept[e / per_group] != 0; }, ids + t * k);
+      const auto in_kept_group = [&](int64_t e) { return group_kept[e / per_group] != 0; };
+      TopK(key.data(), E, k, in_kept_group, ids + t * k);
     } else {
-      TopK(
-          key.data(), E, k, [](int64_t) { return true; }, ids + t * k);
+      const auto any = [](int64_t) { return true; };
+      TopK(key.data(), E, k, any, ids + t * k);
     }
     float sum = 0.0f;
     for (int64_t j = 0; j < k; ++j) {

@@ -82,7 +82,7 @@ struct ThreadPool::Shared {
   // harmless, a prefetch never faults.
   static constexpr int kMaxHints = 64;
   alignas(64) std::atomic<uint64_t> hint_generation{0};
-  std::atomic<const char*> hint_begin[kMaxHints] = {};
+  std::atomic<uintptr_t> hint_begin[kMaxHints] = {};
   std::atomic<int64_t> hint_bytes[kMaxHints] = {};
   uintptr_t caller_hint = 0, caller_hint_end = 0;  // entry 0, the caller's: its own thread only
   std::chrono::microseconds spin{0};
@@ -156,7 +156,8 @@ int ThreadPool::ThreadIndex() { return tls_index; }
 void ThreadPool::SetIdleHints(const MemoryRange* by_thread, int count) {
   Shared& s = *shared_;
   for (int i = 1; i < std::min(count, Shared::kMaxHints); ++i) {
-    s.hint_begin[i].store(static_cast<const char*>(by_thread[i].begin), std::memory_order_relaxed);
+    s.hint_begin[i].store(reinterpret_cast<uintptr_t>(by_thread[i].begin),
+                          std::memory_order_relaxed);
     s.hint_bytes[i].store(by_thread[i].bytes, std::memory_order_relaxed);
   }
   for (int i = std::max(count, 1); i < std::min(num_threads_, Shared::kMaxHints); ++i) {
@@ -195,7 +196,7 @@ void ThreadPool::WorkerLoop(int index) {
         hints_seen = g;
         hint = hint_end = 0;
         if (index < Shared::kMaxHints) {
-          hint = reinterpret_cast<uintptr_t>(s.hint_begin[index].load(std::memory_order_relaxed));
+          hint = s.hint_begin[index].load(std::memory_order_relaxed);
           hint_end =
               hint + std::max<int64_t>(0, s.hint_bytes[index].load(std::memory_order_relaxed));
         }
