@@ -320,15 +320,16 @@ void RunMatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_
   // x in the canonical layout (fp32) and/or rounded to bf16 in natural order; per thread, so
   // MatMuls nested in other kernels' workers are safe. Split over the threads from 16 rows of 512
   // (32 KiB of fp32) a part: x was mostly written by the other threads a moment ago, so a row took
-  // ~200 ns, and with the old minimum of 128 KiB a part the caller permuted a batch-64 step's
+  // ~200 ns, and with the old minimum of 256 KiB a part the caller permuted a batch-64 step's
   // rows alone (2% of its time, the workers idle). Steps alternated in one process (eight pairs of
   // ten steps a run; parts of at least 16 or 32 rows): k3-mini batch 64 0.954-0.992 in eight runs
   // (a null arm 0.989-1.017 in four), batch 32 0.981-0.997 at 16 rows (null 0.983-1.011).
+  constexpr int64_t kMinPermuteFloats = 8192;
   thread_local std::vector<float> xp_buffer;
   thread_local std::vector<uint16_t> xb_buffer;
   float* xp = need_f32 ? CacheLineAligned(xp_buffer, m * kp) : nullptr;
   uint16_t* xb = need_bf16 ? CacheLineAligned(xb_buffer, m * kp) : nullptr;
-  ParallelFor(m, std::max<int64_t>(1, 8192 / kp), [&](int64_t begin, int64_t end) {
+  ParallelFor(m, std::max<int64_t>(1, kMinPermuteFloats / kp), [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       if (need_f32) matmul_internal::PermuteRow(xp + i * kp, x + i * ldx, k, kp);
       if (need_bf16) matmul_internal::RoundRowToBf16(xb + i * kp, x + i * ldx, k, kp);
