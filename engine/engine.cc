@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/layers.h"
+#include "engine/step_memory.h"
 #include "kernels/cpu/ops.h"
 
 namespace kimi {
@@ -81,6 +82,11 @@ std::vector<int64_t> LogitRows(std::span<const SequenceStep> batch, const StepLa
 }
 
 }  // namespace
+
+Engine::Engine(const Model& model, EngineComms comms, EngineOptions options)
+    : model_(model), comms_(comms), options_(options) {
+  KeepStepMemory();
+}
 
 absl::Status Engine::Step(std::span<const SequenceStep> batch, EngineState& state,
                           StepOutput* out) const {

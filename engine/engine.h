@@ -72,8 +72,8 @@ struct EngineOptions {
 
 class Engine {
  public:
-  explicit Engine(const Model& model, EngineComms comms = {}, EngineOptions options = {})
-      : model_(model), comms_(comms), options_(options) {}
+  // Sets the process's heap policy for step memory (KeepStepMemory, engine/step_memory.h).
+  explicit Engine(const Model& model, EngineComms comms = {}, EngineOptions options = {});
 
   // Runs one step. Invalid input (token id out of range, slot or page missing) returns
   // InvalidArgument before any state is touched. Sharded: every rank calls Step with the same
