@@ -1,8 +1,9 @@
 // kimi-bench [--filter REGEX] [--json] [--repeats N] [--models_dir DIR] [--models a,b]
 // Prints every performance figure of DESIGN.md's contract with its baseline measured in the same
 // run and their ratio (--json: one JSON object per line with name, value, unit, baseline, ratio).
-// Figures: decode.b1.<model>[.t1], decode.b8|b32|b64.<model>[.bf16], prefill.gemm[.bf16],
-// kda.prefill.per_token_16k_over_1k, state.128k.hybrid_over_mla, scheduler.overhead.b64.
+// Figures: decode.b1.<model>[.t1], decode.b8|b32|b64.<model>[.bf16], prefill.512.<model>,
+// prefill.gemm[.bf16], kda.prefill.per_token_16k_over_1k, state.128k.hybrid_over_mla,
+// scheduler.overhead.b64.
 // Models are read from --models_dir/<preset> and generated there (seed 1) when missing.
 #include <cstdio>
 #include <string>
@@ -60,6 +61,7 @@ int main(int argc, char** argv) {
       std::printf("decode.b1.%s\ndecode.b1.%s.t1\n", m.c_str(), m.c_str());
       for (int n : {8, 32, 64}) std::printf("decode.b%d.%s\n", n, m.c_str());
       for (int n : {8, 32, 64}) std::printf("decode.b%d.%s.bf16\n", n, m.c_str());
+      std::printf("prefill.512.%s\n", m.c_str());
     }
     std::printf(
         "prefill.gemm\nprefill.gemm.bf16\nkda.prefill.per_token_16k_over_1k\nstate.128k.hybrid_"
@@ -78,6 +80,7 @@ int main(int argc, char** argv) {
       batched |= ctx.Wants(absl::StrCat("decode.b", n, ".", m));
       batched |= ctx.Wants(absl::StrCat("decode.b", n, ".", m, ".bf16"));
     }
+    batched |= ctx.Wants("prefill.512." + m);
   }
   std::unique_ptr<GemmPeakMeter> meter;
   if ((ctx.Wants("prefill.gemm") || ctx.Wants("prefill.gemm.bf16") || batched) &&

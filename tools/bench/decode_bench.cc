@@ -1,15 +1,17 @@
-// decode.b1.<model> and decode.b8|b32|b64.<model>: engine steps of one token per sequence.
+// decode.b1.<model> and decode.b8|b32|b64.<model>: engine steps of one token per sequence;
+// prefill.512.<model>: one 512-token prompt.
 //
 // b1: value = weight bytes one token reads (Model::ActiveWeightBytes: MXFP4 experts at their packed
 // size) / median time per token, baseline = streaming-read bandwidth over the weights' own memory
 // (same pages, same huge-page treatment) measured in the same rounds; ratio = value / baseline.
-// bN: value = median step time; baseline = roofline step time
+// bN and prefill.512: value = median step time; baseline = roofline step time
 //     max(weight bytes touched in the step / read bandwidth, matmul flops / GEMM peak)
 // with the bandwidth and the peak (the best library GEMM at the step's activation precision,
 // GemmPeakMeter) measured in each round beside the steps; ratio = median of the rounds' roofline /
 // measured.
 #include <algorithm>
 #include <cassert>
+#include <functional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -98,7 +100,8 @@ struct StepCost {
   int64_t experts_hit = 0, experts_total = 0;
 };
 
-StepCost MeasureStepCost(const Model& m, DecodeBatch& batch) {
+// The cost of one call of `run` (a decode step or a prefill).
+StepCost MeasureStepCost(const Model& m, const std::function<void()>& run) {
   const ModelWeights& w = m.weights();
   const ModelConfig& c = m.config();
   // Routed expert matrices by address, and what ActiveWeightBytes assumed for them (top_k each).
@@ -117,7 +120,7 @@ StepCost MeasureStepCost(const Model& m, DecodeBatch& batch) {
   }
   cpu::MatMulStats stats;
   cpu::SetMatMulStats(&stats);
-  batch.Step();
+  run();
   cpu::SetMatMulStats(nullptr);
   std::set<const void*> hit;
   for (const auto& r : stats.reads) {
@@ -169,7 +172,7 @@ void DecodeB1(const Context& ctx, const std::string& preset, const Model& m) {
     }
     other.push_back(meter.OtherFraction());
   }
-  const StepCost cost = MeasureStepCost(m, batch);
+  const StepCost cost = MeasureStepCost(m, [&] { batch.Step(); });
   for (int v = 0; v < 2; ++v) {
     if (tok[v].empty()) continue;
     std::vector<double> ratios;
@@ -197,6 +200,64 @@ void DecodeB1(const Context& ctx, const std::string& preset, const Model& m) {
   }
 }
 
+// A figure of `run`'s time (seconds, the median of `samples` calls a round) against its roofline,
+// max(weight bytes touched / read bandwidth, matmul flops / GEMM peak at the activation precision),
+// with the bandwidth and the peak measured in every round beside the calls: value = median time
+// (ms), baseline = median roofline (ms), ratio = median of the rounds' roofline / time.
+Figure RooflineFigure(const Context& ctx, const Model& m, const StepCost& cost,
+                      GemmPeakMeter* meter, bool bf16, int samples,
+                      const std::function<double()>& run) {
+  const auto regions = m.WeightRegions();
+  const double bytes = static_cast<double>(cost.weight_bytes);
+  const double flops = static_cast<double>(cost.flops);
+  std::vector<double> bw, peak, step, other, roofs, ratios;
+  int compute_bound = 0;
+  for (int r = 0; r < ctx.repeats; ++r) {
+    WaitForIdle(ctx.idle_wait_s);
+    CpuMeter cpu_meter;
+    bw.push_back(StreamReadGBps(regions, cpu::ThreadPool::Global().num_threads()));
+    peak.push_back(meter->Measure(bf16));
+    std::vector<double> t;
+    for (int i = 0; i < samples; ++i) t.push_back(run());
+    step.push_back(Median(t));
+    other.push_back(cpu_meter.OtherFraction());
+    const double t_mem = bytes / (bw.back() * 1e9);
+    const double t_compute = peak.back() > 0 ? flops / (peak.back() * 1e9) : 0.0;
+    compute_bound += t_compute > t_mem ? 1 : 0;
+    roofs.push_back(std::max(t_mem, t_compute));
+    ratios.push_back(roofs.back() / step.back());
+  }
+  const double step_med = Median(step);
+  Figure f;
+  f.value = 1e3 * step_med;
+  f.unit = "ms";
+  f.baseline = 1e3 * Median(roofs);
+  f.ratio = Median(ratios);
+  f.note = absl::StrFormat(
+      "step time; baseline: roofline max(bytes/BW, flops/%s GEMM peak), both per round, "
+      "%s-bound in %d of %d rounds",
+      bf16 ? "bf16" : "fp32", compute_bound * 2 > ctx.repeats ? "compute" : "memory",
+      compute_bound * 2 > ctx.repeats ? compute_bound : ctx.repeats - compute_bound, ctx.repeats);
+  f.detail["activations"] = bf16 ? "bf16" : "fp32";
+  f.detail["weight_bytes_touched"] = cost.weight_bytes;
+  f.detail["matmul_flops"] = cost.flops;
+  f.detail["experts_hit"] = cost.experts_hit;
+  f.detail["experts_total"] = cost.experts_total;
+  f.detail["bw_GBps"] = Median(bw);
+  f.detail["gemm_peak_GFLOPs"] = Median(peak);
+  f.detail["roofline_ms_memory"] = 1e3 * bytes / (Median(bw) * 1e9);
+  f.detail["roofline_ms_compute"] = Median(peak) > 0 ? 1e3 * flops / (Median(peak) * 1e9) : 0.0;
+  f.detail["achieved_GFLOPs"] = flops / step_med / 1e9;
+  f.detail["per_round_ratio"] = ratios;
+  f.detail["per_round_bw_GBps"] = bw;
+  f.detail["per_round_gemm_peak_GFLOPs"] = peak;
+  std::vector<double> step_ms;
+  for (double t : step) step_ms.push_back(1e3 * t);
+  f.detail["per_round_step_ms"] = step_ms;
+  f.detail["other_cpu_median"] = Median(other);
+  return f;
+}
+
 void DecodeBatched(const Context& ctx, const std::string& preset, const Model& m, int n,
                    GemmPeakMeter* meter, bool bf16) {
   const std::string name = absl::StrCat("decode.b", n, ".", preset, bf16 ? ".bf16" : "");
@@ -218,58 +279,47 @@ void DecodeBatched(const Context& ctx, const std::string& preset, const Model& m
     return;
   }
   assert(meter != nullptr);  // built whenever a batched figure runs with baselines
-  const StepCost cost = MeasureStepCost(m, batch);
-  const auto regions = m.WeightRegions();
-  const double bytes = static_cast<double>(cost.weight_bytes);
-  const double flops = static_cast<double>(cost.flops);
-  std::vector<double> bw, peak, step, other, roofs, ratios;
-  int compute_bound = 0;
-  for (int r = 0; r < ctx.repeats; ++r) {
-    WaitForIdle(ctx.idle_wait_s);
-    CpuMeter cpu_meter;
-    bw.push_back(StreamReadGBps(regions, cpu::ThreadPool::Global().num_threads()));
-    peak.push_back(meter->Measure(bf16));
-    std::vector<double> t;
-    for (int i = 0; i < steps; ++i) t.push_back(batch.Step());
-    step.push_back(Median(t));
-    other.push_back(cpu_meter.OtherFraction());
-    const double t_mem = bytes / (bw.back() * 1e9);
-    const double t_compute = peak.back() > 0 ? flops / (peak.back() * 1e9) : 0.0;
-    compute_bound += t_compute > t_mem ? 1 : 0;
-    roofs.push_back(std::max(t_mem, t_compute));
-    ratios.push_back(roofs.back() / step.back());
-  }
-  const double step_med = Median(step);
-  Figure f;
+  const StepCost cost = MeasureStepCost(m, [&] { batch.Step(); });
+  Figure f = RooflineFigure(ctx, m, cost, meter, bf16, steps, [&] { return batch.Step(); });
   f.name = name;
-  f.value = 1e3 * step_med;
-  f.unit = "ms";
-  f.baseline = 1e3 * Median(roofs);
-  f.ratio = Median(ratios);
-  f.note = absl::StrFormat(
-      "step time; baseline: roofline max(bytes/BW, flops/%s GEMM peak), both per round, "
-      "%s-bound in %d of %d rounds",
-      bf16 ? "bf16" : "fp32", compute_bound * 2 > ctx.repeats ? "compute" : "memory",
-      compute_bound * 2 > ctx.repeats ? compute_bound : ctx.repeats - compute_bound, ctx.repeats);
-  f.detail["activations"] = bf16 ? "bf16" : "fp32";
   f.detail["batch"] = n;
-  f.detail["tokens_per_s"] = n / step_med;
-  f.detail["weight_bytes_touched"] = cost.weight_bytes;
-  f.detail["matmul_flops"] = cost.flops;
-  f.detail["experts_hit"] = cost.experts_hit;
-  f.detail["experts_total"] = cost.experts_total;
-  f.detail["bw_GBps"] = Median(bw);
-  f.detail["gemm_peak_GFLOPs"] = Median(peak);
-  f.detail["roofline_ms_memory"] = 1e3 * bytes / (Median(bw) * 1e9);
-  f.detail["roofline_ms_compute"] = Median(peak) > 0 ? 1e3 * flops / (Median(peak) * 1e9) : 0.0;
-  f.detail["achieved_GFLOPs"] = flops / step_med / 1e9;
-  f.detail["per_round_ratio"] = ratios;
-  f.detail["per_round_bw_GBps"] = bw;
-  f.detail["per_round_gemm_peak_GFLOPs"] = peak;
-  std::vector<double> step_ms;
-  for (double t : step) step_ms.push_back(1e3 * t);
-  f.detail["per_round_step_ms"] = step_ms;
-  f.detail["other_cpu_median"] = Median(other);
+  f.detail["tokens_per_s"] = n / (f.value / 1e3);
+  ctx.Emit(f);
+}
+
+// prefill.512.<model>: one sequence's 512-token prompt as one step from fresh state (the server's
+// default token budget, so a longer prompt's every chunk), against the roofline of its own matmul
+// flops and weight bytes, as the batched decode figures; fp32 activations. Each run builds its
+// state pools before the clock starts.
+void Prefill512(const Context& ctx, const std::string& preset, const Model& m,
+                GemmPeakMeter* meter) {
+  const std::string name = "prefill.512." + preset;
+  if (!ctx.Wants(name)) return;
+  constexpr int64_t kLen = 512;
+  const auto fresh_prefill = [&] {
+    DecodeBatch batch(m, 1, kLen + 16);
+    const double t0 = Now();
+    batch.Prefill(kLen);
+    return Now() - t0;
+  };
+  fresh_prefill();  // warm-up
+  if (ctx.profile_steps > 0) {
+    std::vector<double> t;
+    for (int i = 0; i < ctx.profile_steps; ++i) t.push_back(fresh_prefill());
+    ctx.Log(absl::StrFormat("%s: median prefill %.1f ms over %d prefills (profile run)", name,
+                            1e3 * Median(t), ctx.profile_steps));
+    return;
+  }
+  assert(meter != nullptr);
+  StepCost cost;
+  {
+    DecodeBatch batch(m, 1, kLen + 16);
+    cost = MeasureStepCost(m, [&] { batch.Prefill(kLen); });
+  }
+  Figure f = RooflineFigure(ctx, m, cost, meter, /*bf16=*/false, 2, fresh_prefill);
+  f.name = name;
+  f.detail["prompt_tokens"] = kLen;
+  f.detail["tokens_per_s"] = kLen / (f.value / 1e3);
   ctx.Emit(f);
 }
 
@@ -281,6 +331,7 @@ void RunDecode(const Context& ctx, const std::string& preset, GemmPeakMeter* met
     names.push_back(absl::StrCat("decode.b", n, ".", preset));
     names.push_back(absl::StrCat("decode.b", n, ".", preset, ".bf16"));
   }
+  names.push_back("prefill.512." + preset);
   if (!ctx.WantsAny(names)) return;
   std::unique_ptr<Model> m = LoadPreset(ctx, preset);
   if (!m) return;
@@ -288,6 +339,7 @@ void RunDecode(const Context& ctx, const std::string& preset, GemmPeakMeter* met
   for (bool bf16 : {false, true}) {
     for (int n : {8, 32, 64}) DecodeBatched(ctx, preset, *m, n, meter, bf16);
   }
+  Prefill512(ctx, preset, *m, meter);
 }
 
 }  // namespace kimi::bench
