@@ -308,6 +308,7 @@ void Prefill512(const Context& ctx, const std::string& preset, const Model& m,
     for (int i = 0; i < ctx.profile_steps; ++i) t.push_back(fresh_prefill());
     ctx.Log(absl::StrFormat("%s: median prefill %.1f ms over %d prefills (profile run)", name,
                             1e3 * Median(t), ctx.profile_steps));
+    if (ctx.matmul_profile) ProfileMatMuls(ctx, name, ctx.profile_steps, fresh_prefill);
     return;
   }
   assert(meter != nullptr);
