@@ -135,6 +135,17 @@ StepCost MeasureStepCost(const Model& m, const std::function<void()>& run) {
   return cost;
 }
 
+// --profile_steps N: `run` alone N times, for perf (the median logged), then with --matmul_profile
+// N times more with every MatMul timed. `unit` names one run: "token", "step", "prefill".
+void ProfileRun(const Context& ctx, const std::string& name, const char* unit,
+                const std::function<double()>& run) {
+  std::vector<double> t;
+  for (int i = 0; i < ctx.profile_steps; ++i) t.push_back(run());
+  ctx.Log(absl::StrFormat("%s: median %s %.3f ms over %d %ss (profile run)", name, unit,
+                          1e3 * Median(t), ctx.profile_steps, unit));
+  if (ctx.matmul_profile) ProfileMatMuls(ctx, name, ctx.profile_steps, run);
+}
+
 void DecodeB1(const Context& ctx, const std::string& preset, const Model& m) {
   const std::string name2 = "decode.b1." + preset, name1 = name2 + ".t1";
   const bool want2 = ctx.Wants(name2), want1 = ctx.Wants(name1);
@@ -148,13 +159,8 @@ void DecodeB1(const Context& ctx, const std::string& preset, const Model& m) {
   const int all = pool.num_threads();
   std::vector<double> bw[2], tok[2], other;
   batch.Step();  // warm-up: first touch of every active weight
-  if (ctx.profile_steps > 0) {  // tokens alone on all threads, for perf
-    std::vector<double> t;
-    for (int i = 0; i < ctx.profile_steps; ++i) t.push_back(batch.Step());
-    ctx.Log(absl::StrFormat("%s: median token %.3f ms over %d tokens (profile run)", name2,
-                            1e3 * Median(t), ctx.profile_steps));
-    if (ctx.matmul_profile)
-      ProfileMatMuls(ctx, name2, ctx.profile_steps, [&] { return batch.Step(); });
+  if (ctx.profile_steps > 0) {  // tokens alone on all threads
+    ProfileRun(ctx, name2, "token", [&] { return batch.Step(); });
     return;
   }
   for (int r = 0; r < ctx.repeats; ++r) {
@@ -270,12 +276,7 @@ void DecodeBatched(const Context& ctx, const std::string& preset, const Model& m
   batch.Prefill(8);
   batch.Step();  // warm-up
   if (ctx.profile_steps > 0) {
-    std::vector<double> t;
-    for (int i = 0; i < ctx.profile_steps; ++i) t.push_back(batch.Step());
-    ctx.Log(absl::StrFormat("%s: median step %.2f ms over %d steps (profile run)", name,
-                            1e3 * Median(t), ctx.profile_steps));
-    if (ctx.matmul_profile)
-      ProfileMatMuls(ctx, name, ctx.profile_steps, [&] { return batch.Step(); });
+    ProfileRun(ctx, name, "step", [&] { return batch.Step(); });
     return;
   }
   assert(meter != nullptr);  // built whenever a batched figure runs with baselines
@@ -289,8 +290,9 @@ void DecodeBatched(const Context& ctx, const std::string& preset, const Model& m
 
 // prefill.512.<model>: one sequence's 512-token prompt as one step from fresh state (the server's
 // default token budget, so a longer prompt's every chunk), against the roofline of its own matmul
-// flops and weight bytes, as the batched decode figures; fp32 activations. Each run builds its
-// state pools before the clock starts.
+// flops and weight bytes, as the batched decode figures; fp32 activations. Each run builds and
+// clears its state pools before the clock starts; the KV pages' first touch is inside it, as a new
+// slot's is in a server.
 void Prefill512(const Context& ctx, const std::string& preset, const Model& m,
                 GemmPeakMeter* meter) {
   const std::string name = "prefill.512." + preset;
@@ -304,11 +306,7 @@ void Prefill512(const Context& ctx, const std::string& preset, const Model& m,
   };
   fresh_prefill();  // warm-up
   if (ctx.profile_steps > 0) {
-    std::vector<double> t;
-    for (int i = 0; i < ctx.profile_steps; ++i) t.push_back(fresh_prefill());
-    ctx.Log(absl::StrFormat("%s: median prefill %.1f ms over %d prefills (profile run)", name,
-                            1e3 * Median(t), ctx.profile_steps));
-    if (ctx.matmul_profile) ProfileMatMuls(ctx, name, ctx.profile_steps, fresh_prefill);
+    ProfileRun(ctx, name, "prefill", fresh_prefill);
     return;
   }
   assert(meter != nullptr);
