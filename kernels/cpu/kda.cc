@@ -17,6 +17,53 @@ inline const float* At(const float* base, int64_t t, int64_t h, int64_t H, int64
   return base + (t * H + h) * X;
 }
 
+// exp over an array, written so that the compiler vectorises it (Cephes expf: ~1 ulp on
+// [-87.3, 88.4], inputs clamped to that range).
+KIMI_INLINE void ExpArray(float* out, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float v = x[i] < -87.3365447505531f ? -87.3365447505531f : x[i];
+    v = v > 88.3762626647949f ? 88.3762626647949f : v;
+    const float t = v * 1.44269504088896341f + 12582912.0f;  // round to nearest via 1.5 * 2^23
+    const float f = t - 12582912.0f;
+    int32_t ti;
+    std::memcpy(&ti, &t, sizeof ti);
+    const int32_t e = ti - 0x4b400000;  // = f as an integer, in [-126, 128]
+    float r = v - f * 0.693359375f;
+    r = r - f * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    const int32_t h = e >> 1;
+    const int32_t b1 = (h + 127) << 23, b2 = (e - h + 127) << 23;
+    float s1, s2;
+    std::memcpy(&s1, &b1, sizeof s1);
+    std::memcpy(&s2, &b2, sizeof s2);
+    out[i] = p * s1 * s2;
+  }
+}
+
+// exp(g) of one token's row of a head, for the recurrence: vectorised (ExpArray) where libm's expf
+// ran once per state row between its loads and stores. Rows of up to 256 on the stack.
+class DecayRow {
+ public:
+  explicit DecayRow(int64_t K)
+      : heap_(K > kStack ? K : 0), data_(K > kStack ? heap_.data() : stack_) {}
+  const float* Of(const float* g, int64_t K) {
+    ExpArray(data_, g, K);
+    return data_;
+  }
+
+ private:
+  static constexpr int64_t kStack = 256;
+  float stack_[kStack];
+  std::vector<float> heap_;
+  float* data_;
+};
+
 // Token t's rows of head h in the recurrence's inputs.
 struct TokenRows {
   const float *q, *k, *v, *g;
@@ -53,18 +100,19 @@ KIMI_INLINE void RecurrentHeadFixed(float* o, const float* q, const float* k, co
                                     int64_t h, float scale) {
   constexpr int kN = V / 16;
   const int64_t K = d.K, H = d.H;
+  DecayRow decay_row(K);
   for (int64_t t = 0; t < d.T; ++t) {
     const TokenRows in(q, k, v, g, beta, t, h, H, K, V);
-    const float *qt = in.q, *kt = in.k, *vt = in.v, *gt = in.g;
+    const float *qt = in.q, *kt = in.k, *vt = in.v;
+    const float* decay = decay_row.Of(in.g, K);
     const float bt = in.beta;
     Vec16 kv[kN] = {};
     for (int64_t i = 0; i < K; ++i) {
       float* row = S + i * V;
-      const float decay = std::exp(gt[i]);
       const float ki = kt[i];
 #pragma GCC unroll 8
       for (int c = 0; c < kN; ++c) {
-        const Vec16 r = LoadVec16(row + 16 * c) * decay;
+        const Vec16 r = LoadVec16(row + 16 * c) * decay[i];
         StoreVec16(row + 16 * c, r);
         kv[c] += r * ki;
       }
@@ -95,18 +143,19 @@ KIMI_CLONES void RecurrentHead(float* o, const float* q, const float* k, const f
   if (d.V == 128) return RecurrentHeadFixed<128>(o, q, k, v, g, beta, S, d, h, scale);
   const int64_t K = d.K, V = d.V, H = d.H;
   std::vector<float> kv(V), u(V), out(V);
+  DecayRow decay_row(K);
   for (int64_t t = 0; t < d.T; ++t) {
     const TokenRows in(q, k, v, g, beta, t, h, H, K, V);
-    const float *qt = in.q, *kt = in.k, *vt = in.v, *gt = in.g;
+    const float *qt = in.q, *kt = in.k, *vt = in.v;
+    const float* decay = decay_row.Of(in.g, K);
     const float bt = in.beta;
     // S = diag(exp(g)) S, and kv = S^T k on the decayed state, in one pass.
     std::fill(kv.begin(), kv.end(), 0.0f);
     for (int64_t i = 0; i < K; ++i) {
       float* row = S + i * V;
-      const float decay = std::exp(gt[i]);
       const float ki = kt[i];
       for (int64_t j = 0; j < V; ++j) {
-        row[j] *= decay;
+        row[j] *= decay[i];
         kv[j] += row[j] * ki;
       }
     }
@@ -123,35 +172,6 @@ KIMI_CLONES void RecurrentHead(float* o, const float* q, const float* k, const f
       }
     }
     std::copy(out.begin(), out.end(), o + (t * H + h) * V);
-  }
-}
-
-// exp over an array, written so that the compiler vectorises it (Cephes expf: ~1 ulp on
-// [-87.3, 88.4], inputs clamped to that range).
-KIMI_INLINE void ExpArray(float* out, const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    float v = x[i] < -87.3365447505531f ? -87.3365447505531f : x[i];
-    v = v > 88.3762626647949f ? 88.3762626647949f : v;
-    const float t = v * 1.44269504088896341f + 12582912.0f;  // round to nearest via 1.5 * 2^23
-    const float f = t - 12582912.0f;
-    int32_t ti;
-    std::memcpy(&ti, &t, sizeof ti);
-    const int32_t e = ti - 0x4b400000;  // = f as an integer, in [-126, 128]
-    float r = v - f * 0.693359375f;
-    r = r - f * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
-    const int32_t h = e >> 1;
-    const int32_t b1 = (h + 127) << 23, b2 = (e - h + 127) << 23;
-    float s1, s2;
-    std::memcpy(&s1, &b1, sizeof s1);
-    std::memcpy(&s2, &b2, sizeof s2);
-    out[i] = p * s1 * s2;
   }
 }
 
