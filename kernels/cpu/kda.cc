@@ -52,6 +52,8 @@ class DecayRow {
  public:
   explicit DecayRow(int64_t K)
       : heap_(K > kStack ? K : 0), data_(K > kStack ? heap_.data() : stack_) {}
+  DecayRow(const DecayRow&) = delete;  // data_ may point into the object itself
+  DecayRow& operator=(const DecayRow&) = delete;
   const float* Of(const float* g, int64_t K) {
     ExpArray(data_, g, K);
     return data_;
