@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/activation.h"
+#include "kernels/cpu/exp_poly.h"
 #include "kernels/cpu/target_clones.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -18,25 +19,14 @@ inline const float* At(const float* base, int64_t t, int64_t h, int64_t H, int64
 }
 
 // exp over an array, written so that the compiler vectorises it (Cephes expf: ~1 ulp on
-// [-87.3, 88.4], inputs clamped to that range).
+// [-87.3, 88.4], inputs clamped to that range). 2^e is applied as two factors, so e = 128 (inputs
+// near the top of the range) does not overflow the exponent field.
 KIMI_INLINE void ExpArray(float* out, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     float v = x[i] < -87.3365447505531f ? -87.3365447505531f : x[i];
     v = v > 88.3762626647949f ? 88.3762626647949f : v;
-    const float t = v * 1.44269504088896341f + 12582912.0f;  // round to nearest via 1.5 * 2^23
-    const float f = t - 12582912.0f;
-    int32_t ti;
-    std::memcpy(&ti, &t, sizeof ti);
-    const int32_t e = ti - 0x4b400000;  // = f as an integer, in [-126, 128]
-    float r = v - f * 0.693359375f;
-    r = r - f * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
+    int32_t e;
+    const float p = ExpPoly(v, &e);
     const int32_t h = e >> 1;
     const int32_t b1 = (h + 127) << 23, b2 = (e - h + 127) << 23;
     float s1, s2;

@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/exp_poly.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/target_clones.h"
 #include "kernels/cpu/thread_pool.h"
@@ -13,23 +14,11 @@
 namespace kimi::cpu {
 namespace {
 
-// Cephes expf over an array (inputs <= 0 here), written to vectorise; see kda.cc.
+// Cephes expf (exp_poly.h) for inputs <= 0, one scale factor (e <= 0).
 KIMI_INLINE float ExpNonPositive(float x) {
-  float v = x < -87.3365447505531f ? -87.3365447505531f : x;
-  const float t = v * 1.44269504088896341f + 12582912.0f;
-  const float f = t - 12582912.0f;
-  int32_t ti;
-  std::memcpy(&ti, &t, sizeof ti);
-  const int32_t e = ti - 0x4b400000;  // in [-126, 0]
-  float r = v - f * 0.693359375f;
-  r = r - f * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
+  const float v = x < -87.3365447505531f ? -87.3365447505531f : x;
+  int32_t e;
+  const float p = ExpPoly(v, &e);
   const int32_t bits = (e + 127) << 23;
   float s;
   std::memcpy(&s, &bits, sizeof s);

@@ -1,0 +1,32 @@
+// Cephes expf's range reduction and polynomial, shared by the kernels' vectorisable exps (kda.cc's
+// ExpArray, mla.cc's ExpNonPositive): plain float arithmetic, so a loop around it vectorises in
+// every target clone. Private to kernels/cpu.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/target_clones.h"
+
+namespace kimi::cpu {
+
+// For v in [-87.34, 88.38] (callers clamp): exp(v) = p * 2^e with e an integer in [-126, 128]
+// (~1 ulp); returns p and sets e.
+KIMI_INLINE float ExpPoly(float v, int32_t* e) {
+  const float t = v * 1.44269504088896341f + 12582912.0f;  // round to nearest via 1.5 * 2^23
+  const float f = t - 12582912.0f;
+  int32_t ti;
+  std::memcpy(&ti, &t, sizeof ti);
+  *e = ti - 0x4b400000;  // = f as an integer
+  float r = v - f * 0.693359375f;
+  r = r - f * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  return p * (r * r) + r + 1.0f;
+}
+
+}  // namespace kimi::cpu
