@@ -36,26 +36,6 @@ KIMI_INLINE void ExpArray(float* out, const float* x, int64_t n) {
   }
 }
 
-// exp(g) of one token's row of a head, for the recurrence: vectorised (ExpArray) where libm's expf
-// ran once per state row between its loads and stores. Rows of up to 256 on the stack.
-class DecayRow {
- public:
-  explicit DecayRow(int64_t K)
-      : heap_(K > kStack ? K : 0), data_(K > kStack ? heap_.data() : stack_) {}
-  DecayRow(const DecayRow&) = delete;  // data_ may point into the object itself
-  DecayRow& operator=(const DecayRow&) = delete;
-  const float* Of(const float* g, int64_t K) {
-    ExpArray(data_, g, K);
-    return data_;
-  }
-
- private:
-  static constexpr int64_t kStack = 256;
-  float stack_[kStack];
-  std::vector<float> heap_;
-  float* data_;
-};
-
 // Token t's rows of head h in the recurrence's inputs.
 struct TokenRows {
   const float *q, *k, *v, *g;
@@ -82,21 +62,24 @@ KIMI_INLINE Vec16 LoadVec16(const float* p) {
 }
 KIMI_INLINE void StoreVec16(float* p, Vec16 v) { std::memcpy(p, &v, sizeof v); }
 
-// RecurrentHead for V = 128 (every Kimi checkpoint's head_dim): kv, u and out live in registers
-// across the rows of S, where the general loop loads and stores them once per row (twice the
-// memory operations of the state itself). The same operations on every element, in the same
-// order, so the same bits as the general loop.
+// RecurrentHead for K = V = 128 (every Kimi checkpoint's head_dim): kv, u and out live in
+// registers across the rows of S, where the general loop loads and stores them once per row (twice
+// the memory operations of the state itself). The same operations on every element, in the same
+// order, so the same bits as the general loop. Both take exp(g) of a token's row in one vectorised
+// pass (ExpArray) before the rows: a libm call per row, between the row's loads and stores, made
+// this loop save and restore its accumulators around every call.
 template <int V>
 KIMI_INLINE void RecurrentHeadFixed(float* o, const float* q, const float* k, const float* v,
                                     const float* g, const float* beta, float* S, const KdaDims& d,
                                     int64_t h, float scale) {
   constexpr int kN = V / 16;
-  const int64_t K = d.K, H = d.H;
-  DecayRow decay_row(K);
+  constexpr int64_t K = V;
+  const int64_t H = d.H;
+  float decay[K];
   for (int64_t t = 0; t < d.T; ++t) {
     const TokenRows in(q, k, v, g, beta, t, h, H, K, V);
     const float *qt = in.q, *kt = in.k, *vt = in.v;
-    const float* decay = decay_row.Of(in.g, K);
+    ExpArray(decay, in.g, K);
     const float bt = in.beta;
     Vec16 kv[kN] = {};
     for (int64_t i = 0; i < K; ++i) {
@@ -132,14 +115,13 @@ KIMI_INLINE void RecurrentHeadFixed(float* o, const float* q, const float* k, co
 
 KIMI_CLONES void RecurrentHead(float* o, const float* q, const float* k, const float* v, const float* g,
                    const float* beta, float* S, const KdaDims& d, int64_t h, float scale) {
-  if (d.V == 128) return RecurrentHeadFixed<128>(o, q, k, v, g, beta, S, d, h, scale);
+  if (d.K == 128 && d.V == 128) return RecurrentHeadFixed<128>(o, q, k, v, g, beta, S, d, h, scale);
   const int64_t K = d.K, V = d.V, H = d.H;
-  std::vector<float> kv(V), u(V), out(V);
-  DecayRow decay_row(K);
+  std::vector<float> kv(V), u(V), out(V), decay(K);
   for (int64_t t = 0; t < d.T; ++t) {
     const TokenRows in(q, k, v, g, beta, t, h, H, K, V);
     const float *qt = in.q, *kt = in.k, *vt = in.v;
-    const float* decay = decay_row.Of(in.g, K);
+    ExpArray(decay.data(), in.g, K);
     const float bt = in.beta;
     // S = diag(exp(g)) S, and kv = S^T k on the decayed state, in one pass.
     std::fill(kv.begin(), kv.end(), 0.0f);

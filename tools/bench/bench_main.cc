@@ -72,18 +72,18 @@ int main(int argc, char** argv) {
   ctx.Log(absl::StrCat("threads ", kimi::cpu::ThreadPool::Global().num_threads(), ", isa ",
                        kimi::cpu::IsaName(kimi::cpu::MatMulIsa()), ", repeats ", ctx.repeats));
 
-  // The batched decode rooflines measure the GEMM peak in their own rounds: build the library
-  // GEMMs when they or the prefill figures run.
-  bool batched = false;
+  // The roofline figures (batched decode, prefill.512) measure the GEMM peak in their own rounds:
+  // build the library GEMMs when they or the prefill.gemm figures run.
+  bool rooflines = false;
   for (const std::string& m : models) {
     for (int n : {8, 32, 64}) {
-      batched |= ctx.Wants(absl::StrCat("decode.b", n, ".", m));
-      batched |= ctx.Wants(absl::StrCat("decode.b", n, ".", m, ".bf16"));
+      rooflines |= ctx.Wants(absl::StrCat("decode.b", n, ".", m));
+      rooflines |= ctx.Wants(absl::StrCat("decode.b", n, ".", m, ".bf16"));
     }
-    batched |= ctx.Wants("prefill.512." + m);
+    rooflines |= ctx.Wants("prefill.512." + m);
   }
   std::unique_ptr<GemmPeakMeter> meter;
-  if ((ctx.Wants("prefill.gemm") || ctx.Wants("prefill.gemm.bf16") || batched) &&
+  if ((ctx.Wants("prefill.gemm") || ctx.Wants("prefill.gemm.bf16") || rooflines) &&
       ctx.profile_steps == 0) {
     meter = std::make_unique<GemmPeakMeter>();
     RunGemm(ctx, *meter);
