@@ -1,6 +1,6 @@
 // Cephes expf's range reduction and polynomial, shared by the kernels' vectorisable exps (kda.cc's
-// ExpArray, mla.cc's ExpNonPositive): plain float arithmetic, so a loop around it vectorises in
-// every target clone. Private to kernels/cpu.
+// ExpArray, and ExpNonPositive below for kda.cc's chunked form and mla.cc): plain float arithmetic,
+// so a loop around it vectorises in every target clone. Private to kernels/cpu.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,18 @@ KIMI_INLINE float ExpPoly(float v, int32_t* e) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   return p * (r * r) + r + 1.0f;
+}
+
+// exp(x) for x <= 0 (clamped below at -87.34, where exp reaches the smallest normal float): one
+// 2^e factor, as e <= 0.
+KIMI_INLINE float ExpNonPositive(float x) {
+  const float v = x < -87.3365447505531f ? -87.3365447505531f : x;
+  int32_t e;
+  const float p = ExpPoly(v, &e);
+  const int32_t bits = (e + 127) << 23;
+  float s;
+  std::memcpy(&s, &bits, sizeof s);
+  return p * s;
 }
 
 }  // namespace kimi::cpu

@@ -7,6 +7,8 @@
 
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/exp_poly.h"
+#include "kernels/cpu/lanes.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/target_clones.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -36,6 +38,11 @@ KIMI_INLINE void ExpArray(float* out, const float* x, int64_t n) {
   }
 }
 
+// The same for inputs <= 0 (every exponent of the chunked form): one 2^e factor.
+KIMI_INLINE void ExpNonPositiveArray(float* out, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = ExpNonPositive(x[i]);
+}
+
 // Token t's rows of head h in the recurrence's inputs.
 struct TokenRows {
   const float *q, *k, *v, *g;
@@ -50,17 +57,11 @@ struct TokenRows {
 };
 
 // 16 floats as one value: a 512-bit register in the x86-64-v4 clone, pairs or quads of narrower
-// ones in the others. Every function taking or returning one is inlined into a clone, so the ABI
-// note GCC gives for the default target does not apply.
+// ones in the others (lanes.h; the vector code below is all inlined into its builds, so GCC's ABI
+// note on vector arguments does not apply).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
-typedef float Vec16 __attribute__((vector_size(64)));
-KIMI_INLINE Vec16 LoadVec16(const float* p) {
-  Vec16 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-KIMI_INLINE void StoreVec16(float* p, Vec16 v) { std::memcpy(p, &v, sizeof v); }
+typedef LaneVec<16>::V Vec16;
 
 // RecurrentHead for K = V = 128 (every Kimi checkpoint's head_dim): kv, u and out live in
 // registers across the rows of S, where the general loop loads and stores them once per row (twice
@@ -87,31 +88,30 @@ KIMI_INLINE void RecurrentHeadFixed(float* o, const float* q, const float* k, co
       const float ki = kt[i];
 #pragma GCC unroll 8
       for (int c = 0; c < kN; ++c) {
-        const Vec16 r = LoadVec16(row + 16 * c) * decay[i];
-        StoreVec16(row + 16 * c, r);
+        const Vec16 r = Load<16>(row + 16 * c) * decay[i];
+        Store<16>(row + 16 * c, r);
         kv[c] += r * ki;
       }
     }
     Vec16 u[kN], out[kN] = {};
 #pragma GCC unroll 8
-    for (int c = 0; c < kN; ++c) u[c] = bt * (LoadVec16(vt + 16 * c) - kv[c]);
+    for (int c = 0; c < kN; ++c) u[c] = bt * (Load<16>(vt + 16 * c) - kv[c]);
     for (int64_t i = 0; i < K; ++i) {
       float* row = S + i * V;
       const float ki = kt[i];
       const float qi = qt[i] * scale;
 #pragma GCC unroll 8
       for (int c = 0; c < kN; ++c) {
-        const Vec16 r = LoadVec16(row + 16 * c) + ki * u[c];
-        StoreVec16(row + 16 * c, r);
+        const Vec16 r = Load<16>(row + 16 * c) + ki * u[c];
+        Store<16>(row + 16 * c, r);
         out[c] += r * qi;
       }
     }
     float* ot = o + (t * H + h) * V;
 #pragma GCC unroll 8
-    for (int c = 0; c < kN; ++c) StoreVec16(ot + 16 * c, out[c]);
+    for (int c = 0; c < kN; ++c) Store<16>(ot + 16 * c, out[c]);
   }
 }
-#pragma GCC diagnostic pop
 
 KIMI_CLONES void RecurrentHead(float* o, const float* q, const float* k, const float* v, const float* g,
                    const float* beta, float* S, const KdaDims& d, int64_t h, float scale) {
@@ -154,70 +154,193 @@ KIMI_INLINE void Axpy(float* y, float a, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-// 16 independent lanes, then a fixed pairwise sum (vectorises without -ffast-math).
-KIMI_INLINE float Dot(const float* a, const float* b, int64_t n) {
-  float acc[16] = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    for (int j = 0; j < 16; ++j) acc[j] += a[i + j] * b[i + j];
+// The chunked form below is built once per instruction-set level with L-float vectors (lanes.h):
+// L = 16 for AVX-512, 8 for AVX2, 4 for the baseline; register tiles sized to each level's
+// registers (32 of 512 bits, 16 of 256, 16 of 128).
+template <int L>
+struct ChunkTiles;
+template <>
+struct ChunkTiles<16> {
+  static constexpr int kWideRows = 4, kWideVecs = 4;  // 4 x 64 floats: 16 accumulators
+  static constexpr int kNarrowRows = 16;              // 16 x 16 floats
+};
+template <>
+struct ChunkTiles<8> {
+  static constexpr int kWideRows = 4, kWideVecs = 2;  // 4 x 16 floats: 8 accumulators
+  static constexpr int kNarrowRows = 8;               // 8 x 8 floats
+};
+template <>
+struct ChunkTiles<4> {
+  static constexpr int kWideRows = 4, kWideVecs = 2;
+  static constexpr int kNarrowRows = 8;
+};
+
+// One register tile: C[kR x kN L] += sum_{m < kd} A(r, m) B[m, 0:kN L], A(r, m) = A[r * ars + m *
+// acs]; the sum over m runs in ascending order for every element. (As float arrays, a 16 x 16 tile
+// was vectorised across its rows, with shuffles: the accumulators are vectors here.)
+template <int L, int kR, int kN>
+KIMI_INLINE void TileAcc(float* C, int64_t ldc, const float* A, int64_t ars, int64_t acs,
+                         const float* B, int64_t ldb, int64_t kd) {
+  typedef typename LaneVec<L>::V V;
+  V acc[kR][kN];
+#pragma GCC unroll 16
+  for (int r = 0; r < kR; ++r) {
+#pragma GCC unroll 4
+    for (int n = 0; n < kN; ++n) acc[r][n] = Load<L>(C + r * ldc + L * n);
   }
-  for (int j = 0; i < n; ++i, ++j) acc[j] += a[i] * b[i];
-  for (int w = 8; w > 0; w /= 2) {
-    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  for (int64_t m = 0; m < kd; ++m) {
+    V b[kN];
+#pragma GCC unroll 4
+    for (int n = 0; n < kN; ++n) b[n] = Load<L>(B + m * ldb + L * n);
+    const float* a = A + m * acs;
+#pragma GCC unroll 16
+    for (int r = 0; r < kR; ++r) {
+      const float ar = a[r * ars];
+#pragma GCC unroll 4
+      for (int n = 0; n < kN; ++n) acc[r][n] += ar * b[n];
+    }
   }
-  return acc[0];
+#pragma GCC unroll 16
+  for (int r = 0; r < kR; ++r) {
+#pragma GCC unroll 4
+    for (int n = 0; n < kN; ++n) Store<L>(C + r * ldc + L * n, acc[r][n]);
+  }
+}
+
+struct GemmArgs {
+  float* C;
+  int64_t ldc;
+  const float* A;
+  int64_t ars, acs;
+  const float* B;
+  int64_t ldb, M, Kd;
+  bool lower;
+  int64_t kd(int64_t rows_end) const { return lower ? std::min(Kd, rows_end) : Kd; }
+};
+
+// Rows from i0 of columns [n0, n0 + kN L) in tiles of kR rows, as far as whole tiles go; returns
+// the first row left.
+template <int L, int kR, int kN>
+KIMI_INLINE int64_t TileRows(const GemmArgs& g, int64_t i0, int64_t n0) {
+  for (; i0 + kR <= g.M; i0 += kR) {
+    TileAcc<L, kR, kN>(g.C + i0 * g.ldc + n0, g.ldc, g.A + i0 * g.ars, g.ars, g.acs, g.B + n0,
+                       g.ldb, g.kd(i0 + kR));
+  }
+  return i0;
+}
+KIMI_INLINE void RowsOneByOne(const GemmArgs& g, int64_t i0, int64_t n0, int64_t nr) {
+  for (int64_t i = i0; i < g.M; ++i) {
+    float* c = g.C + i * g.ldc + n0;
+    const int64_t kd = g.kd(i + 1);
+    for (int64_t m = 0; m < kd; ++m) Axpy(c, g.A[i * g.ars + m * g.acs], g.B + m * g.ldb + n0, nr);
+  }
 }
 
 // C[i, n] += sum_{m < kd(i)} A(i, m) B[m, n] for i < M, n < N; A(i, m) = A[i * ars + m * acs],
-// B and C row-major. kd(i) = Kd, or min(Kd, i + 1) when `lower` (A lower triangular). Register
-// tiles of 4 rows x 64 columns; the sum over m runs in ascending order for every element.
+// B and C row-major. kd(i) = Kd, or min(Kd, i + 1) when `lower` (A lower triangular: rows i < m
+// contribute zeros, so a tile may stop at its last row's kd and keep every element's sum). The
+// wide tiles where their columns remain (the chunk's products are 64 or 128 wide), then L-wide
+// columns in narrow tiles (the off-diagonal blocks of A and P: 16 rows by 16 to 64 columns), then
+// 4-row tiles, then one row at a time. Every element's sum runs over m in ascending order whatever
+// the tile: the tiling does not change bits.
+template <int L>
 KIMI_INLINE void GemmAcc(float* C, int64_t ldc, const float* A, int64_t ars, int64_t acs,
                          const float* B, int64_t ldb, int64_t M, int64_t N, int64_t Kd,
                          bool lower = false) {
-  constexpr int64_t kR = 4, kC = 64;
-  for (int64_t i0 = 0; i0 < M; i0 += kR) {
-    const int64_t mr = std::min(kR, M - i0);
-    const int64_t kd = lower ? std::min(Kd, i0 + mr) : Kd;
-    for (int64_t n0 = 0; n0 < N; n0 += kC) {
-      const int64_t nr = std::min(kC, N - n0);
-      if (mr == kR && nr == kC) {
-        float acc[kR][kC];
-        for (int64_t r = 0; r < kR; ++r) {
-          for (int64_t n = 0; n < kC; ++n) acc[r][n] = C[(i0 + r) * ldc + n0 + n];
-        }
-        for (int64_t m = 0; m < kd; ++m) {
-          const float* b = B + m * ldb + n0;
-          const float* a = A + i0 * ars + m * acs;
-          for (int64_t r = 0; r < kR; ++r) {
-            // In a lower-triangular A, rows i < m contribute zeros: skipping them keeps the
-            // per-element order (ascending m) and the result.
-            const float ar = a[r * ars];
-            for (int64_t n = 0; n < kC; ++n) acc[r][n] += ar * b[n];
-          }
-        }
-        for (int64_t r = 0; r < kR; ++r) {
-          for (int64_t n = 0; n < kC; ++n) C[(i0 + r) * ldc + n0 + n] = acc[r][n];
-        }
-        continue;
-      }
-      for (int64_t r = 0; r < mr; ++r) {
-        const int64_t kdr = lower ? std::min(Kd, i0 + r + 1) : Kd;
-        float* c = C + (i0 + r) * ldc + n0;
-        for (int64_t m = 0; m < kdr; ++m) Axpy(c, A[(i0 + r) * ars + m * acs], B + m * ldb + n0, nr);
-      }
+  typedef ChunkTiles<L> Tiles;
+  constexpr int64_t kWide = Tiles::kWideVecs * L;
+  const GemmArgs g{C, ldc, A, ars, acs, B, ldb, M, Kd, lower};
+  int64_t n0 = 0;
+  for (; n0 + kWide <= N; n0 += kWide) {
+    RowsOneByOne(g, TileRows<L, Tiles::kWideRows, Tiles::kWideVecs>(g, 0, n0), n0, kWide);
+  }
+  for (; n0 + L <= N; n0 += L) {
+    const int64_t i0 = TileRows<L, Tiles::kNarrowRows, 1>(g, 0, n0);
+    RowsOneByOne(g, TileRows<L, 4, 1>(g, i0, n0), n0, L);
+  }
+  if (n0 < N) RowsOneByOne(g, 0, n0, N - n0);
+}
+
+// Sub-chunk: pairwise exps only inside these diagonal blocks. 8 against 16 takes half the pairwise
+// exps (the largest cost outside the products) for more, cheap, off-diagonal product columns.
+constexpr int64_t kSub = 8;
+
+// a = sum_x ki[x] kj[x] e[x], p = sum_x qi[x] kj[x] e[x]: L lanes (x mod L), then SumLanes.
+template <int L>
+KIMI_INLINE void DecayedDots(const float* ki, const float* qi, const float* kj, const float* e,
+                             int64_t K, float* a, float* p) {
+  typedef typename LaneVec<L>::V V;
+  V va = {}, vp = {};
+  int64_t x = 0;
+  for (; x + L <= K; x += L) {
+    const V kje = Load<L>(kj + x) * Load<L>(e + x);
+    va += Load<L>(ki + x) * kje;
+    vp += Load<L>(qi + x) * kje;
+  }
+  for (int64_t l = 0; x < K; ++x, ++l) {
+    const float kje = kj[x] * e[x];
+    va[l] += ki[x] * kje;
+    vp[l] += qi[x] * kje;
+  }
+  *a = SumLanes(va);
+  *p = SumLanes(vp);
+}
+
+// T = (I + A)^-1 for A strictly lower triangular [c, c] (c <= 64), T's rows 64 wide and zeroed by
+// the caller: row i = e_i - sum_{m<i} A_im T_m, kept in 64 / L registers over m. Row m is zero past
+// its diagonal, so the full-width products add only zeros there: the same bits as one Axpy of
+// m + 1 floats a row (the general loop in ChunkHead).
+template <int L>
+KIMI_INLINE void InvertUnitLower64(float* T, const float* A, int64_t c) {
+  typedef typename LaneVec<L>::V V;
+  constexpr int kN = 64 / L;
+  for (int64_t i = 0; i < c; ++i) {
+    V t[kN] = {};
+    for (int64_t m = 0; m < i; ++m) {
+      const float a = -A[i * c + m];
+#pragma GCC unroll 16
+      for (int q = 0; q < kN; ++q) t[q] += a * Load<L>(T + m * 64 + L * q);
     }
+#pragma GCC unroll 16
+    for (int q = 0; q < kN; ++q) Store<L>(T + i * 64 + L * q, t[q]);
+    T[i * 64 + i] = 1.0f;
   }
 }
 
-constexpr int64_t kSub = 16;  // sub-chunk: pairwise exps only inside these diagonal blocks
-
-// Scratch for one chunk of one head; every matrix is row-major [c, width].
+// Scratch for one chunk of one head (chunk = the most tokens a chunk has). Row-major: Q, Kc, G,
+// W, Khat, Qhat, Kd, ex [chunk, K]; Vc, U [chunk, V]; A, P, Tm [chunk, chunk]; LKQ [2 kSub, K];
+// Lt [K, chunk]; AP [2 kSub, chunk].
 struct ChunkScratch {
-  std::vector<float> Q, Kc, Vc, beta, G, A, P, Tm, W, U, left_k, left_q, L, ex, Khat, Qhat, Kd, decay;
+  int64_t chunk;
+  std::vector<float> Q, Kc, Vc, beta, G, A, P, Tm, W, U, LKQ, Lt, AP, ex, Khat, Qhat, Kd, decay;
   ChunkScratch(int64_t c, int64_t K, int64_t V)
-      : Q(c * K), Kc(c * K), Vc(c * V), beta(c), G(c * K), A(c * c), P(c * c), Tm(c * c),
-        W(c * K), U(c * V), left_k(c * K), left_q(c * K), L(c * K), ex(c * K), Khat(c * K),
-        Qhat(c * K), Kd(c * K), decay(K) {}
+      : chunk(c),
+        Q(c * K),
+        Kc(c * K),
+        Vc(c * V),
+        beta(c),
+        G(c * K),
+        A(c * c),
+        P(c * c),
+        Tm(c * c),
+        W(c * K),
+        U(c * V),
+        LKQ(2 * kSub * K),
+        Lt(K * c),
+        AP(2 * kSub * c),
+        ex(c * K),
+        Khat(c * K),
+        Qhat(c * K),
+        Kd(c * K),
+        decay(K) {}
+};
+
+// One sequence's tensors, as KdaChunk takes them.
+struct ChunkIo {
+  float* o;
+  const float *q, *k, *v, *g, *beta;
+  KdaDims d;
+  float scale;
 };
 
 // One chunk of c tokens starting at token t0, for head h; S [K, V] is updated in place.
@@ -237,10 +360,12 @@ struct ChunkScratch {
 // sub-chunk starting at s and j < s, exp(G_i - G_j) = exp(G_i - G_s) exp(G_s - G_j), both factors
 // <= 1 (g <= 0), so the off-diagonal blocks are plain matrix products of rescaled q, k; only the
 // diagonal blocks take pairwise exps. Every exponent is of a non-positive number: nothing overflows.
-KIMI_CLONES void ChunkHead(float* o, const float* q, const float* k, const float* v,
-                           const float* g, const float* beta, float* S, const KdaDims& d,
-                           int64_t h, float scale, int64_t t0, int64_t c, ChunkScratch& s) {
-  const int64_t K = d.K, V = d.V, H = d.H;
+template <int L>
+KIMI_INLINE void ChunkHead(const ChunkIo& io, float* S, int64_t h, int64_t t0, int64_t c,
+                           ChunkScratch& s) {
+  const float *q = io.q, *k = io.k, *v = io.v, *g = io.g, *beta = io.beta;
+  const int64_t K = io.d.K, V = io.d.V, H = io.d.H;
+  const float scale = io.scale;
   float *Q = s.Q.data(), *Kc = s.Kc.data(), *Vc = s.Vc.data(), *G = s.G.data();
   float *A = s.A.data(), *P = s.P.data(), *Tm = s.Tm.data(), *W = s.W.data(), *U = s.U.data();
   float* ex = s.ex.data();
@@ -255,6 +380,8 @@ KIMI_CLONES void ChunkHead(float* o, const float* q, const float* k, const float
   // A (strictly lower, rows scaled by beta_i) and P (lower with diagonal, scaled).
   std::fill_n(A, c * c, 0.0f);
   std::fill_n(P, c * c, 0.0f);
+  float *LKQ = s.LKQ.data(), *Lt = s.Lt.data(), *AP = s.AP.data(), *dr = s.decay.data();
+  std::fill_n(Lt, K * c, 0.0f);
   for (int64_t s0 = 0; s0 < c; s0 += kSub) {
     const int64_t s1 = std::min(s0 + kSub, c);
     const float* Gs = G + s0 * K;
@@ -263,95 +390,125 @@ KIMI_CLONES void ChunkHead(float* o, const float* q, const float* k, const float
       for (int64_t j = s0; j <= i; ++j) {
         for (int64_t x = 0; x < K; ++x) ex[j * K + x] = G[i * K + x] - G[j * K + x];
       }
-      ExpArray(ex + s0 * K, ex + s0 * K, (i - s0 + 1) * K);
+      ExpNonPositiveArray(ex + s0 * K, ex + s0 * K, (i - s0 + 1) * K);
       for (int64_t j = s0; j <= i; ++j) {
-        float* e = ex + j * K;
-        float a[16] = {}, p[16] = {};
-        for (int64_t x0 = 0; x0 < K; x0 += 16) {
-          const int64_t n = std::min<int64_t>(16, K - x0);
-          for (int64_t l = 0; l < n; ++l) {
-            const float kj = Kc[j * K + x0 + l] * e[x0 + l];
-            a[l] += Kc[i * K + x0 + l] * kj;
-            p[l] += Q[i * K + x0 + l] * kj;
-          }
-        }
-        for (int w = 8; w > 0; w /= 2) {
-          for (int l = 0; l < w; ++l) {
-            a[l] += a[l + w];
-            p[l] += p[l + w];
-          }
-        }
-        if (j < i) A[i * c + j] = s.beta[i] * a[0];
-        P[i * c + j] = scale * p[0];
+        float a, p;
+        DecayedDots<L>(Kc + i * K, Q + i * K, Kc + j * K, ex + j * K, K, &a, &p);
+        if (j < i) A[i * c + j] = s.beta[i] * a;
+        P[i * c + j] = scale * p;
       }
     }
     if (s0 == 0) continue;
-    // Off-diagonal blocks (j < s0): left factors exp(G_i - G_s), right factors exp(G_s - G_j).
-    float *lk = s.left_k.data(), *lq = s.left_q.data(), *L = s.L.data();
+    // Off-diagonal blocks (j < s0): exp(G_i - G_j) = exp(G_i - G_s) exp(G_s - G_j), as one product
+    // [k_i exp(G_i - G_s); q_i exp(G_i - G_s)] (2 x rows, K) by Lt (K, s0), Lt[x, j] = k_j[x]
+    // exp(G_s[x] - G_j[x]). Lt carries over from the last sub-chunk (reference p = s0 - kSub):
+    // its columns j < p times exp(G_s - G_p), the new columns p <= j < s0 from their own exps.
+    const int64_t rows = s1 - s0, p0 = s0 - kSub;
     for (int64_t i = s0; i < s1; ++i) {
       for (int64_t x = 0; x < K; ++x) ex[i * K + x] = G[i * K + x] - Gs[x];
     }
-    ExpArray(ex + s0 * K, ex + s0 * K, (s1 - s0) * K);
-    for (int64_t i = s0; i < s1; ++i) {
+    ExpNonPositiveArray(ex + s0 * K, ex + s0 * K, rows * K);
+    for (int64_t i = 0; i < rows; ++i) {
       for (int64_t x = 0; x < K; ++x) {
-        lk[i * K + x] = Kc[i * K + x] * ex[i * K + x];
-        lq[i * K + x] = Q[i * K + x] * ex[i * K + x];
+        LKQ[i * K + x] = Kc[(s0 + i) * K + x] * ex[(s0 + i) * K + x];
+        LKQ[(rows + i) * K + x] = Q[(s0 + i) * K + x] * ex[(s0 + i) * K + x];
       }
     }
-    for (int64_t j = 0; j < s0; ++j) {
+    for (int64_t j = p0; j < s0; ++j) {
       for (int64_t x = 0; x < K; ++x) ex[j * K + x] = Gs[x] - G[j * K + x];
     }
-    ExpArray(ex, ex, s0 * K);
-    for (int64_t j = 0; j < s0 * K; ++j) L[j] = Kc[j] * ex[j];
-    for (int64_t i = s0; i < s1; ++i) {
+    ExpNonPositiveArray(ex + p0 * K, ex + p0 * K, kSub * K);
+    for (int64_t x = 0; x < K; ++x) dr[x] = Gs[x] - G[p0 * K + x];
+    ExpNonPositiveArray(dr, dr, K);
+    for (int64_t x = 0; x < K; ++x) {
+      float* lt = Lt + x * c;
+      for (int64_t j = 0; j < p0; ++j) lt[j] *= dr[x];
+      for (int64_t j = p0; j < s0; ++j) lt[j] = Kc[j * K + x] * ex[j * K + x];
+    }
+    // Columns rounded up to the 16-wide register tile; Lt's columns from s0 on are still zero.
+    const int64_t n = std::min(c, (s0 + 15) / 16 * 16);
+    std::fill_n(AP, 2 * rows * n, 0.0f);
+    GemmAcc<L>(AP, n, LKQ, K, 1, Lt, c, 2 * rows, n, K);
+    for (int64_t i = 0; i < rows; ++i) {
       for (int64_t j = 0; j < s0; ++j) {
-        A[i * c + j] = s.beta[i] * Dot(lk + i * K, L + j * K, K);
-        P[i * c + j] = scale * Dot(lq + i * K, L + j * K, K);
+        A[(s0 + i) * c + j] = s.beta[s0 + i] * AP[i * n + j];
+        P[(s0 + i) * c + j] = scale * AP[(rows + i) * n + j];
       }
     }
   }
-  // T = (I + A)^-1 by forward substitution, a row at a time: T_i = e_i - sum_{m<i} A_im T_m.
-  std::fill_n(Tm, c * c, 0.0f);
-  for (int64_t i = 0; i < c; ++i) {
-    float* ti = Tm + i * c;
-    for (int64_t m = 0; m < i; ++m) Axpy(ti, -A[i * c + m], Tm + m * c, m + 1);
-    ti[i] = 1.0f;
+  // T = (I + A)^-1 by forward substitution, a row at a time: T_i = e_i - sum_{m<i} A_im T_m. T's
+  // rows are lt = the scratch's chunk wide, zero past the diagonal.
+  const int64_t lt = s.chunk;
+  std::fill_n(Tm, c * lt, 0.0f);
+  if (lt == 64 && L >= 8) {  // (16 registers of 4 floats would spill)
+    InvertUnitLower64<L>(Tm, A, c);
+  } else {
+    for (int64_t i = 0; i < c; ++i) {
+      float* ti = Tm + i * lt;
+      for (int64_t m = 0; m < i; ++m) Axpy(ti, -A[i * c + m], Tm + m * lt, m + 1);
+      ti[i] = 1.0f;
+    }
   }
   // W = T diag(beta) Khat, U = T diag(beta) V (T lower triangular; B = T diag(beta) in Tm).
   for (int64_t i = 0; i < c; ++i) {
-    for (int64_t j = 0; j <= i; ++j) Tm[i * c + j] *= s.beta[j];
+    for (int64_t j = 0; j <= i; ++j) Tm[i * lt + j] *= s.beta[j];
   }
   float* Khat = s.Khat.data();
-  ExpArray(ex, G, c * K);
+  ExpNonPositiveArray(ex, G, c * K);
   for (int64_t j = 0; j < c * K; ++j) Khat[j] = Kc[j] * ex[j];
   std::fill_n(W, c * K, 0.0f);
   std::fill_n(U, c * V, 0.0f);
-  GemmAcc(W, K, Tm, c, 1, Khat, K, c, K, c, /*lower=*/true);
-  GemmAcc(U, V, Tm, c, 1, Vc, V, c, V, c, /*lower=*/true);
+  GemmAcc<L>(W, K, Tm, lt, 1, Khat, K, c, K, c, /*lower=*/true);
+  GemmAcc<L>(U, V, Tm, lt, 1, Vc, V, c, V, c, /*lower=*/true);
   // u = U - W S_0 (in U).
   for (int64_t j = 0; j < c * K; ++j) W[j] = -W[j];
-  GemmAcc(U, V, W, K, 1, S, V, c, V, K);
+  GemmAcc<L>(U, V, W, K, 1, S, V, c, V, K);
   // o_i = S_0^T Qhat_i + sum_{j<=i} P_ij u_j, with Qhat = scale exp(G) q (exp(G) still in ex).
   float* Qhat = s.Qhat.data();
   for (int64_t j = 0; j < c * K; ++j) Qhat[j] = scale * Q[j] * ex[j];
-  float* oc = o + (t0 * H + h) * V;  // row i of this head's output: oc + i * H * V
+  float* oc = io.o + (t0 * H + h) * V;  // row i of this head's output: oc + i * H * V
   for (int64_t i = 0; i < c; ++i) std::fill_n(oc + i * H * V, V, 0.0f);
-  GemmAcc(oc, H * V, Qhat, K, 1, S, V, c, V, K);
-  GemmAcc(oc, H * V, P, c, 1, U, V, c, V, c, /*lower=*/true);
+  GemmAcc<L>(oc, H * V, Qhat, K, 1, S, V, c, V, K);
+  GemmAcc<L>(oc, H * V, P, c, 1, U, V, c, V, c, /*lower=*/true);
   // S_c = diag(exp(G_c)) S_0 + sum_j (exp(G_c - G_j) k_j) u_j^T.
   const float* Gc = G + (c - 1) * K;
   float *Kd = s.Kd.data(), *decay = s.decay.data();
   for (int64_t j = 0; j < c; ++j) {
     for (int64_t x = 0; x < K; ++x) ex[j * K + x] = Gc[x] - G[j * K + x];
   }
-  ExpArray(ex, ex, c * K);
+  ExpNonPositiveArray(ex, ex, c * K);
   for (int64_t j = 0; j < c * K; ++j) Kd[j] = Kc[j] * ex[j];
-  ExpArray(decay, Gc, K);
+  ExpNonPositiveArray(decay, Gc, K);
   for (int64_t x = 0; x < K; ++x) {
     for (int64_t y = 0; y < V; ++y) S[x * V + y] *= decay[x];
   }
-  GemmAcc(S, V, Kd, 1, K, U, V, K, V, c);  // A(x, j) = Kd[j, x]
+  GemmAcc<L>(S, V, Kd, 1, K, U, V, K, V, c);  // A(x, j) = Kd[j, x]
 }
+
+// ChunkHead built for each instruction-set level (KIMI_CLONES cannot give each level its own L),
+// chosen as the kernels' instruction set (MatMulIsa) says, as mla.cc's AttendChunk.
+typedef void (*ChunkHeadFn)(const ChunkIo&, float*, int64_t, int64_t, int64_t, ChunkScratch&);
+__attribute__((target("arch=x86-64-v4"))) void ChunkHeadV4(const ChunkIo& io, float* S, int64_t h,
+                                                           int64_t t0, int64_t c, ChunkScratch& s) {
+  ChunkHead<16>(io, S, h, t0, c, s);
+}
+__attribute__((target("arch=x86-64-v3"))) void ChunkHeadV3(const ChunkIo& io, float* S, int64_t h,
+                                                           int64_t t0, int64_t c, ChunkScratch& s) {
+  ChunkHead<8>(io, S, h, t0, c, s);
+}
+void ChunkHeadBaseline(const ChunkIo& io, float* S, int64_t h, int64_t t0, int64_t c,
+                       ChunkScratch& s) {
+  ChunkHead<4>(io, S, h, t0, c, s);
+}
+ChunkHeadFn ChunkHeadForIsa() {
+  static const bool v4 = (__builtin_cpu_init(), __builtin_cpu_supports("x86-64-v4"));
+  static const bool v3 = __builtin_cpu_supports("x86-64-v3");
+  const Isa isa = MatMulIsa();
+  if (isa == Isa::kAvx512 && v4) return ChunkHeadV4;
+  if (isa != Isa::kScalar && v3) return ChunkHeadV3;
+  return ChunkHeadBaseline;
+}
+#pragma GCC diagnostic pop
 
 }  // namespace
 
@@ -367,6 +524,8 @@ void KdaRecurrent(float* o, const float* q, const float* k, const float* v, cons
 void KdaChunk(float* o, const float* q, const float* k, const float* v, const float* g,
               const float* beta, float* state, const KdaDims& d, float scale, int64_t pos0,
               int chunk) {
+  const ChunkHeadFn chunk_head = ChunkHeadForIsa();
+  const ChunkIo io{o, q, k, v, g, beta, d, scale};
   ParallelFor(d.H, 1, [&](int64_t begin, int64_t end) {
     ChunkScratch scratch(chunk, d.K, d.V);
     for (int64_t h = begin; h < end; ++h) {
@@ -375,7 +534,7 @@ void KdaChunk(float* o, const float* q, const float* k, const float* v, const fl
       while (t0 < d.T) {
         const int64_t to_boundary = chunk - (pos0 + t0) % chunk;
         const int64_t c = std::min<int64_t>(to_boundary, d.T - t0);
-        ChunkHead(o, q, k, v, g, beta, S, d, h, scale, t0, c, scratch);
+        chunk_head(io, S, h, t0, c, scratch);
         t0 += c;
       }
     }

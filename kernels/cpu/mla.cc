@@ -7,23 +7,13 @@
 #include <vector>
 
 #include "kernels/cpu/exp_poly.h"
+#include "kernels/cpu/lanes.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/target_clones.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace kimi::cpu {
 namespace {
-
-// Cephes expf (exp_poly.h) for inputs <= 0, one scale factor (e <= 0).
-KIMI_INLINE float ExpNonPositive(float x) {
-  const float v = x < -87.3365447505531f ? -87.3365447505531f : x;
-  int32_t e;
-  const float p = ExpPoly(v, &e);
-  const int32_t bits = (e + 127) << 23;
-  float s;
-  std::memcpy(&s, &bits, sizeof s);
-  return p * s;
-}
 
 constexpr int64_t kRows = 4;   // query rows per register tile
 constexpr int64_t kKeys = 32;  // keys per block (K3's 576-float rows: 72 KiB, in L2)
@@ -41,52 +31,22 @@ template <int L>
 struct Lanes;
 template <>
 struct Lanes<16> {
-  typedef float V __attribute__((vector_size(64)));
+  typedef LaneVec<16>::V V;
   static constexpr int kKeyTile = 4;    // keys per score tile (with up to kRows rows)
   static constexpr int kValueVecs = 4;  // vectors of each row's output per value pass
 };
 template <>
 struct Lanes<8> {
-  typedef float V __attribute__((vector_size(32)));
+  typedef LaneVec<8>::V V;
   static constexpr int kKeyTile = 2;
   static constexpr int kValueVecs = 2;
 };
 template <>
 struct Lanes<4> {
-  typedef float V __attribute__((vector_size(16)));
+  typedef LaneVec<4>::V V;
   static constexpr int kKeyTile = 2;
   static constexpr int kValueVecs = 2;
 };
-typedef float Vec8 __attribute__((vector_size(32)));
-typedef float Vec4 __attribute__((vector_size(16)));
-
-template <int L>
-KIMI_INLINE typename Lanes<L>::V Load(const float* p) {
-  typename Lanes<L>::V v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-// The first n < L floats at p, the rest zero.
-template <int L>
-KIMI_INLINE typename Lanes<L>::V LoadPartial(const float* p, int64_t n) {
-  typename Lanes<L>::V v = {};
-  std::memcpy(&v, p, n * sizeof(float));
-  return v;
-}
-template <int L>
-KIMI_INLINE void Store(float* p, typename Lanes<L>::V v) {
-  std::memcpy(p, &v, sizeof v);
-}
-// The lanes summed in a fixed tree: halves, then quarters, then pairs.
-KIMI_INLINE float SumLanes(Vec4 b) { return (b[0] + b[2]) + (b[1] + b[3]); }
-KIMI_INLINE float SumLanes(Vec8 a) {
-  return SumLanes(
-      Vec4(__builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7)));
-}
-KIMI_INLINE float SumLanes(Lanes<16>::V v) {
-  return SumLanes(Vec8(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
-                       __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15)));
-}
 
 // sc[i][j0 + j] = q[i] . key[j0 + j] for i < MR, j < Lanes<L>::kKeyTile, over `width`: L lanes of
 // products per (row, key) pair, each lane summed over the width in order, then the lanes by

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/norm.h"
 #include "tests/kernels/cpu/test_util.h"
 
@@ -74,19 +75,26 @@ TEST_P(KdaTest, BothFormsMatchTheDefinition) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.K));
   std::vector<double> ref_o, ref_s;
   Reference(in, scale, &ref_o, &ref_s);
-  for (bool chunked : {false, true}) {
-    std::vector<float> o(c.T * c.H * c.V), state = in.state;
-    if (chunked) {
-      KdaChunk(o.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+  std::vector<float> o(c.T * c.H * c.V), state = in.state;
+  KdaRecurrent(o.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
                state.data(), in.d, scale);
-    } else {
-      KdaRecurrent(o.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
-                   state.data(), in.d, scale);
+  EXPECT_LE(testing::WorstRatio(o, ref_o, 2e-4, 1e-4), 1.0) << "recurrent";
+  EXPECT_LE(testing::WorstRatio(state, ref_s, 2e-4, 1e-4), 1.0) << "recurrent";
+  // The chunked form is built per instruction-set level (vector width and register tiles), and
+  // takes any chunk size: 64 (the engine's), and sizes that are not multiples of the tiles.
+  const Isa saved = MatMulIsa();
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kScalar}) {
+    if (!SetMatMulIsa(isa)) continue;
+    for (int chunk : {64, 16, 24, 40}) {
+      std::fill(o.begin(), o.end(), 0.0f);
+      state = in.state;
+      KdaChunk(o.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+               state.data(), in.d, scale, 0, chunk);
+      EXPECT_LE(testing::WorstRatio(o, ref_o, 2e-4, 1e-4), 1.0) << IsaName(isa) << " " << chunk;
+      EXPECT_LE(testing::WorstRatio(state, ref_s, 2e-4, 1e-4), 1.0) << IsaName(isa) << " " << chunk;
     }
-    EXPECT_LE(testing::WorstRatio(o, ref_o, 2e-4, 1e-4), 1.0) << (chunked ? "chunk" : "recurrent");
-    EXPECT_LE(testing::WorstRatio(state, ref_s, 2e-4, 1e-4), 1.0)
-        << (chunked ? "chunk" : "recurrent");
   }
+  SetMatMulIsa(saved);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, KdaTest,
