@@ -18,7 +18,7 @@
 namespace kimi::cpu {
 namespace {
 
-enum class Op { kSilu, kSitu, kSigmoid, kSigmoidMul };
+enum class Op { kSilu, kSitu, kSigmoid, kSigmoidMul, kSoftplus };
 
 struct Params {
   float beta = 4.0f, linear_beta = 25.0f;
@@ -35,6 +35,8 @@ float ScalarOne(Op op, float g, float u, const Params& p) {
       return Sigmoid(g);
     case Op::kSigmoidMul:
       return u * Sigmoid(g);
+    case Op::kSoftplus:
+      return g > 20.0f ? g : std::log1p(std::exp(g));
   }
   return 0.0f;
 }
@@ -48,6 +50,11 @@ constexpr float kExpHi = 88.3762626647949f, kExpLo = -87.3365447505531f;
 constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
 constexpr float kP0 = 1.9875691500e-4f, kP1 = 1.3981999507e-3f, kP2 = 8.3334519073e-3f,
                 kP3 = 4.1665795894e-2f, kP4 = 1.6666665459e-1f, kP5 = 5.0000001201e-1f;
+// Cephes logf: log(1 + x) = x - x^2 / 2 + x^3 L(x) on [sqrt(1/2) - 1, sqrt(2) - 1].
+constexpr float kL0 = 7.0376836292e-2f, kL1 = -1.1514610310e-1f, kL2 = 1.1676998740e-1f,
+                kL3 = -1.2420140846e-1f, kL4 = 1.4249322787e-1f, kL5 = -1.6668057665e-1f,
+                kL6 = 2.0000714765e-1f, kL7 = -2.4999993993e-1f, kL8 = 3.3333331174e-1f;
+constexpr float kSqrt2 = 1.41421356237f;
 constexpr float kT0 = -5.70498872745e-3f, kT1 = 2.06390887954e-2f, kT2 = -5.37397155531e-2f,
                 kT3 = 1.33314422036e-1f, kT4 = -3.33332819422e-1f;
 
@@ -94,6 +101,44 @@ inline __m512 Tanh512(__m512 x) {
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.625f), _CMP_LT_OQ), big, small);
 }
 
+// log(x) for normal x > 0: x = m 2^e with m in [sqrt(1/2), sqrt(2)), then Cephes' polynomial.
+inline __m512 Log512(__m512 x) {
+  const __m512i bits = _mm512_castps_si512(x);
+  __m512 e =
+      _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(bits, 23), _mm512_set1_epi32(127)));
+  __m512 m = _mm512_castsi512_ps(_mm512_or_si512(
+      _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffff)), _mm512_set1_epi32(0x3f800000)));
+  const __mmask16 high = _mm512_cmp_ps_mask(m, _mm512_set1_ps(kSqrt2), _CMP_GT_OQ);
+  m = _mm512_mask_mul_ps(m, high, m, _mm512_set1_ps(0.5f));
+  e = _mm512_mask_add_ps(e, high, e, _mm512_set1_ps(1.0f));
+  const __m512 f = _mm512_sub_ps(m, _mm512_set1_ps(1.0f));
+  const __m512 z = _mm512_mul_ps(f, f);
+  __m512 p = _mm512_set1_ps(kL0);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kL1));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kL2));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kL3));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kL4));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kL5));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kL6));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kL7));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kL8));
+  __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, f), z);
+  y = _mm512_fmadd_ps(e, _mm512_set1_ps(kLn2Lo), y);
+  y = _mm512_fnmadd_ps(z, _mm512_set1_ps(0.5f), y);
+  return _mm512_fmadd_ps(e, _mm512_set1_ps(kLn2Hi), _mm512_add_ps(f, y));
+}
+
+// softplus(x) = max(x, 0) + log1p(exp(-|x|)), log1p(t) = log(1 + t) t / ((1 + t) - 1) (exact
+// where 1 + t rounds to 1: then t). Above 20 this is x to the float, as torch's threshold gives.
+inline __m512 Softplus512(__m512 x) {
+  const __m512 t = Exp512(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)));
+  const __m512 u = _mm512_add_ps(_mm512_set1_ps(1.0f), t);
+  const __m512 d = _mm512_sub_ps(u, _mm512_set1_ps(1.0f));
+  const __mmask16 rounded = _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_EQ_OQ);
+  const __m512 l = _mm512_mask_blend_ps(rounded, _mm512_mul_ps(Log512(u), _mm512_div_ps(t, d)), t);
+  return _mm512_add_ps(_mm512_max_ps(x, _mm512_setzero_ps()), l);
+}
+
 inline __m512 Apply512(Op op, __m512 g, __m512 u, const Params& p) {
   switch (op) {
     case Op::kSilu:
@@ -107,6 +152,8 @@ inline __m512 Apply512(Op op, __m512 g, __m512 u, const Params& p) {
       return Sigmoid512(g);
     case Op::kSigmoidMul:
       return _mm512_mul_ps(u, Sigmoid512(g));
+    case Op::kSoftplus:
+      return Softplus512(g);
   }
   return g;
 }
@@ -167,6 +214,42 @@ inline __m256 Tanh256(__m256 x) {
   return _mm256_blendv_ps(big, small, _mm256_cmp_ps(ax, _mm256_set1_ps(0.625f), _CMP_LT_OQ));
 }
 
+inline __m256 Log256(__m256 x) {
+  const __m256i bits = _mm256_castps_si256(x);
+  __m256 e =
+      _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(bits, 23), _mm256_set1_epi32(127)));
+  __m256 m = _mm256_castsi256_ps(_mm256_or_si256(
+      _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffff)), _mm256_set1_epi32(0x3f800000)));
+  const __m256 high = _mm256_cmp_ps(m, _mm256_set1_ps(kSqrt2), _CMP_GT_OQ);
+  m = _mm256_blendv_ps(m, _mm256_mul_ps(m, _mm256_set1_ps(0.5f)), high);
+  e = _mm256_blendv_ps(e, _mm256_add_ps(e, _mm256_set1_ps(1.0f)), high);
+  const __m256 f = _mm256_sub_ps(m, _mm256_set1_ps(1.0f));
+  const __m256 z = _mm256_mul_ps(f, f);
+  __m256 p = _mm256_set1_ps(kL0);
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kL1));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kL2));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kL3));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kL4));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kL5));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kL6));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kL7));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kL8));
+  __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, f), z);
+  y = _mm256_fmadd_ps(e, _mm256_set1_ps(kLn2Lo), y);
+  y = _mm256_fnmadd_ps(z, _mm256_set1_ps(0.5f), y);
+  return _mm256_fmadd_ps(e, _mm256_set1_ps(kLn2Hi), _mm256_add_ps(f, y));
+}
+
+inline __m256 Softplus256(__m256 x) {
+  const __m256 ax = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+  const __m256 t = Exp256(_mm256_sub_ps(_mm256_setzero_ps(), ax));
+  const __m256 u = _mm256_add_ps(_mm256_set1_ps(1.0f), t);
+  const __m256 d = _mm256_sub_ps(u, _mm256_set1_ps(1.0f));
+  const __m256 rounded = _mm256_cmp_ps(d, _mm256_setzero_ps(), _CMP_EQ_OQ);
+  const __m256 l = _mm256_blendv_ps(_mm256_mul_ps(Log256(u), _mm256_div_ps(t, d)), t, rounded);
+  return _mm256_add_ps(_mm256_max_ps(x, _mm256_setzero_ps()), l);
+}
+
 inline __m256 Apply256(Op op, __m256 g, __m256 u, const Params& p) {
   switch (op) {
     case Op::kSilu:
@@ -180,6 +263,8 @@ inline __m256 Apply256(Op op, __m256 g, __m256 u, const Params& p) {
       return Sigmoid256(g);
     case Op::kSigmoidMul:
       return _mm256_mul_ps(u, Sigmoid256(g));
+    case Op::kSoftplus:
+      return Softplus256(g);
   }
   return g;
 }
@@ -226,6 +311,8 @@ void SituGlu(float* out, const float* gate, const float* up, int64_t n, float be
 }
 
 void SigmoidInPlace(float* x, int64_t n) { Run(Op::kSigmoid, x, x, nullptr, n); }
+
+void SoftplusInPlace(float* x, int64_t n) { Run(Op::kSoftplus, x, x, nullptr, n); }
 
 void MulSigmoid(float* x, const float* gate, int64_t n) {
   Run(Op::kSigmoidMul, x, gate, x, n);

@@ -18,6 +18,9 @@ void SituGlu(float* out, const float* gate, const float* up, int64_t n, float be
 void SigmoidInPlace(float* x, int64_t n);
 void MulSigmoid(float* x, const float* gate, int64_t n);
 
+// x = softplus(x) = log(1 + exp(x)), x itself above 20 (torch's threshold), elementwise.
+void SoftplusInPlace(float* x, int64_t n);
+
 // Strided forms for a [rows, 2*width] buffer holding [gate | up] per row; out [rows, width].
 void SiluGluRows(float* out, const float* gate_up, int64_t rows, int64_t width);
 void SituGluRows(float* out, const float* gate_up, int64_t rows, int64_t width, float beta,

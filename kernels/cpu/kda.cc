@@ -563,15 +563,19 @@ void KdaGate(float* g, const float* g_raw, int64_t T, int64_t H, int64_t K, cons
                   for (int64_t i = 0; i < n; ++i) part[i] *= *lower_bound;
                   return;
                 }
+                // Kimi Linear: the softplus vectorised too (SoftplusInPlace); libm's log1p and exp
+                // took about 3% of a 512-token kimi-linear-small prefill.
                 for (int64_t th = begin; th < end; ++th) {
                   const int64_t h = th % H;
-                  const float a = std::exp(a_log[h]);
                   for (int64_t x = 0; x < K; ++x) {
-                    const int64_t i = th * K + x;
-                    const float z = g_raw[i] + dt_bias[h * K + x];
-                    const float softplus = z > 20.0f ? z : std::log1p(std::exp(z));
-                    g[i] = -a * softplus;
+                    g[th * K + x] = g_raw[th * K + x] + dt_bias[h * K + x];
                   }
+                }
+                float* part = g + begin * K;
+                SoftplusInPlace(part, (end - begin) * K);
+                for (int64_t th = begin; th < end; ++th) {
+                  const float a = -std::exp(a_log[th % H]);
+                  for (int64_t x = 0; x < K; ++x) part[(th - begin) * K + x] *= a;
                 }
               });
 }
