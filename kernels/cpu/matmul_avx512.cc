@@ -645,6 +645,71 @@ void RangeWith(const L& l, const Problem& p, int64_t n0, int64_t n1) {
   }
 }
 
+// MXFP4 at more x rows than the group strips take (StripsFit): RangeWith's loops, with each chunk
+// of 16 W rows decoded once into fp32 (the even / odd vectors Mxfp4PackedLoader gives, 2 KiB a row
+// at K = 512) and the tiles reading that, where Tile decodes every weight once per four x rows (the
+// decode's three shuffles a block beside eight FMAs). Tile's arithmetic on the same values: the
+// same sums. k3-mini's experts in a 512-token prefill (--matmul_profile, binaries alternated), at
+// 65-93 rows: 124-127 -> 155 GFLOP/s a thread; at 16-64 rows the group strips stay faster (149-159
+// against 123-142 through the panel). Up to K = kMxfp4PanelMaxCols, where the panel stays in L1/L2
+// (64 KiB); wider rows were not measured and keep Tile.
+struct F32PanelLoader {
+  const float* panel;  // rows [r0, r0 + 16), nb blocks each, (even, odd) per block
+  int64_t r0, nb;
+  KIMI_ALWAYS_INLINE void Load(int64_t r, int64_t b, __m512& e, __m512& o) const {
+    const float* at = panel + ((r - r0) * nb + b) * 32;
+    e = _mm512_loadu_ps(at);
+    o = _mm512_loadu_ps(at + 16);
+  }
+  KIMI_ALWAYS_INLINE void Prefetch(int64_t, int64_t) const {}
+  int64_t RowBytes() const { return nb * 128; }
+  KIMI_ALWAYS_INLINE void LoadTail(int64_t, int64_t, int, __m512& e, __m512& o) const {
+    e = _mm512_setzero_ps();
+    o = _mm512_setzero_ps();
+  }
+};
+constexpr int64_t kMxfp4PanelMaxCols = 1024;
+void RangeMxfp4Panel(const Problem& p, int64_t n0, int64_t n1) {
+  const Weight& w = *p.w;
+  const int64_t nb = w.cols / 32;
+  const Mxfp4PackedLoader src{static_cast<const uint8_t*>(w.data), w.scales, w.cols};
+  thread_local std::vector<float> panel;
+  if (static_cast<int64_t>(panel.size()) < 16 * nb * 32) panel.resize(16 * nb * 32);
+  int64_t mb = (int64_t{256} << 10) / (p.kp * 4);
+  mb = mb < 4 ? 4 : mb & ~int64_t{3};
+  for (int64_t i0 = 0; i0 < p.m; i0 += mb) {
+    const int64_t i1 = i0 + mb < p.m ? i0 + mb : p.m;
+    for (int64_t c0 = n0; c0 < n1; c0 += 16) {
+      const int64_t c1 = c0 + 16 < n1 ? c0 + 16 : n1;
+      for (int64_t r = c0; r < c1; ++r) {
+        float* row = panel.data() + (r - c0) * nb * 32;
+        for (int64_t b = 0; b < nb; ++b) {
+          __m512 e, o;
+          src.Load(r, b, e, o);
+          _mm512_storeu_ps(row + b * 32, e);
+          _mm512_storeu_ps(row + b * 32 + 16, o);
+        }
+      }
+      const F32PanelLoader l{panel.data(), c0, nb};
+      int64_t i = i0;
+      for (; i + 4 <= i1; i += 4) RowStrip<4>(l, p, i, c0, c1, nb, 0, 0);
+      switch (i1 - i) {
+        case 3:
+          RowStrip<3>(l, p, i, c0, c1, nb, 0, 0);
+          break;
+        case 2:
+          RowStrip<2>(l, p, i, c0, c1, nb, 0, 0);
+          break;
+        case 1:
+          RowStrip<1>(l, p, i, c0, c1, nb, 0, 0);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+}
+
 void Range(const Problem& p, int64_t n0, int64_t n1) {
   const Weight& w = *p.w;
   // Layouts packed for AVX2 (kernels/cpu/pack.h): the same bits from its kernels.
@@ -676,6 +741,8 @@ void Range(const Problem& p, int64_t n0, int64_t n1) {
               return Mxfp4Group{d + n * nb * 16, w.scales + n * nb};
             },
             p, n0, n1);
+      } else if (w.packed && p.m > 3 && w.cols <= kMxfp4PanelMaxCols) {
+        RangeMxfp4Panel(p, n0, n1);
       } else if (w.packed) {
         RangeWith(Mxfp4PackedLoader{static_cast<const uint8_t*>(w.data), w.scales, w.cols}, p, n0,
                   n1);

@@ -231,7 +231,8 @@ TEST_P(MatMulTest, EveryIsaMatchesDoubleReference) {
 // pairs and an odd last row), 37 and 70 rows (several 16-row calls of the lane-major TwoRowTile;
 // at K = 1024, two blocks of x rows), 1..17 groups of rows (tiles of 2..8 groups and each narrower
 // one), one to 32 blocks of columns. On AVX-512, 21, 37 and 64 rows take the group strips (x fits
-// StripsFit's bound) and 40 rows at K = 4096 and 70 rows take Tile<4, 4>.
+// StripsFit's bound) and 40 rows at K = 4096 and 70 rows take Tile<4, 4> (MXFP4 at 70 rows and K
+// up to 1024 through its fp32 panel of 16 decoded rows: 16 and 48 rows, one chunk and a part).
 TEST_P(MatMulTest, PackedEqualsUnpackedBitwise) {
   const Isa saved = MatMulIsa();
   std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {
