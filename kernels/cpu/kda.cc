@@ -380,7 +380,8 @@ KIMI_INLINE void ChunkHead(const ChunkIo& io, float* S, int64_t h, int64_t t0, i
   // A (strictly lower, rows scaled by beta_i) and P (lower with diagonal, scaled).
   std::fill_n(A, c * c, 0.0f);
   std::fill_n(P, c * c, 0.0f);
-  float *LKQ = s.LKQ.data(), *Lt = s.Lt.data(), *AP = s.AP.data(), *dr = s.decay.data();
+  float *LKQ = s.LKQ.data(), *Lt = s.Lt.data(), *AP = s.AP.data();
+  float* carry = s.decay.data();  // exp(G_s - G_p): the factor of Lt's carried-over columns
   std::fill_n(Lt, K * c, 0.0f);
   for (int64_t s0 = 0; s0 < c; s0 += kSub) {
     const int64_t s1 = std::min(s0 + kSub, c);
@@ -418,11 +419,11 @@ KIMI_INLINE void ChunkHead(const ChunkIo& io, float* S, int64_t h, int64_t t0, i
       for (int64_t x = 0; x < K; ++x) ex[j * K + x] = Gs[x] - G[j * K + x];
     }
     ExpNonPositiveArray(ex + p0 * K, ex + p0 * K, kSub * K);
-    for (int64_t x = 0; x < K; ++x) dr[x] = Gs[x] - G[p0 * K + x];
-    ExpNonPositiveArray(dr, dr, K);
+    for (int64_t x = 0; x < K; ++x) carry[x] = Gs[x] - G[p0 * K + x];
+    ExpNonPositiveArray(carry, carry, K);
     for (int64_t x = 0; x < K; ++x) {
       float* lt = Lt + x * c;
-      for (int64_t j = 0; j < p0; ++j) lt[j] *= dr[x];
+      for (int64_t j = 0; j < p0; ++j) lt[j] *= carry[x];
       for (int64_t j = p0; j < s0; ++j) lt[j] = Kc[j * K + x] * ex[j * K + x];
     }
     // Columns rounded up to the 16-wide register tile; Lt's columns from s0 on are still zero.

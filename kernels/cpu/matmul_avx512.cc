@@ -592,6 +592,42 @@ inline void RowStrip(const L& l, const Problem& p, int64_t i0, int64_t n0, int64
   for (; n < n1; ++n) Tile<MR, 1>(l, xp, p.kp, y, p.ldy, n, full, rem);
 }
 
+// x rows [i0, i1) against W rows [c0, c1): strips of four x rows, then the rest as one strip. The
+// first strip pulls the W chunk from memory: it prefetches `ahead` rows ahead.
+template <class L>
+inline void RowStrips(const L& l, const Problem& p, int64_t i0, int64_t i1, int64_t c0, int64_t c1,
+                      int64_t full, int rem, int64_t ahead) {
+  int64_t i = i0;
+  for (; i + 4 <= i1; i += 4) RowStrip<4>(l, p, i, c0, c1, full, rem, i == i0 ? ahead : 0);
+  const int64_t first = i == i0 ? ahead : 0;
+  switch (i1 - i) {
+    case 3:
+      RowStrip<3>(l, p, i, c0, c1, full, rem, first);
+      break;
+    case 2:
+      RowStrip<2>(l, p, i, c0, c1, full, rem, first);
+      break;
+    case 1:
+      RowStrip<1>(l, p, i, c0, c1, full, rem, first);
+      break;
+    default:
+      break;
+  }
+}
+
+// Blocks of x rows that stay in L2 (~256 KiB) while chunks of 16 W rows (a few KiB..64 KiB, in
+// L1/L2) stream past them, W read from memory once per block (once in total for m up to a few
+// dozen rows): chunk(i0, i1, c0, c1) for each block and chunk.
+template <class F>
+inline void XBlocksWChunks(const Problem& p, int64_t n0, int64_t n1, const F& chunk) {
+  int64_t mb = (int64_t{256} << 10) / (p.kp * 4);
+  mb = mb < 4 ? 4 : mb & ~int64_t{3};
+  for (int64_t i0 = 0; i0 < p.m; i0 += mb) {
+    const int64_t i1 = i0 + mb < p.m ? i0 + mb : p.m;
+    for (int64_t c0 = n0; c0 < n1; c0 += 16) chunk(i0, i1, c0, c0 + 16 < n1 ? c0 + 16 : n1);
+  }
+}
+
 template <class L>
 void RangeWith(const L& l, const Problem& p, int64_t n0, int64_t n1) {
   const int64_t k = p.w->cols, full = k / 32;
@@ -614,35 +650,13 @@ void RangeWith(const L& l, const Problem& p, int64_t n0, int64_t n1) {
     if (p.m == 3) run(std::integral_constant<int, 3>{});
     return;
   }
-  // Blocks of x rows that stay in L2 (~256 KiB) while W tiles stream past them; W is read from
-  // memory once per block (once in total for m up to a few dozen rows). (Converting W chunks once
-  // into an fp32 panel measured slower: the panel's stores miss L1.)
-  int64_t mb = (int64_t{256} << 10) / (p.kp * 4);
-  mb = mb < 4 ? 4 : mb & ~int64_t{3};
+  // Blocks of x rows in L2 while W's chunks stream past them (XBlocksWChunks). (Converting W chunks
+  // once into an fp32 panel measured slower here: the panel's stores miss L1. MXFP4's decode costs
+  // more; past the group strips it does take a panel: RangeMxfp4Panel.)
   const int64_t ahead = ahead_rows < 16 ? 16 : ahead_rows;
-  for (int64_t i0 = 0; i0 < p.m; i0 += mb) {
-    const int64_t i1 = i0 + mb < p.m ? i0 + mb : p.m;
-    for (int64_t c0 = n0; c0 < n1; c0 += 16) {  // 16 W rows (a few KiB..64 KiB) stay in L1/L2
-      const int64_t c1 = c0 + 16 < n1 ? c0 + 16 : n1;
-      // The first strip of x rows pulls the W chunk from memory: it prefetches ahead.
-      int64_t i = i0;
-      for (; i + 4 <= i1; i += 4) RowStrip<4>(l, p, i, c0, c1, full, rem, i == i0 ? ahead : 0);
-      const int64_t first = i == i0 ? ahead : 0;
-      switch (i1 - i) {
-        case 3:
-          RowStrip<3>(l, p, i, c0, c1, full, rem, first);
-          break;
-        case 2:
-          RowStrip<2>(l, p, i, c0, c1, full, rem, first);
-          break;
-        case 1:
-          RowStrip<1>(l, p, i, c0, c1, full, rem, first);
-          break;
-        default:
-          break;
-      }
-    }
-  }
+  XBlocksWChunks(p, n0, n1, [&](int64_t i0, int64_t i1, int64_t c0, int64_t c1) {
+    RowStrips(l, p, i0, i1, c0, c1, full, rem, ahead);
+  });
 }
 
 // MXFP4 at more x rows than the group strips take (StripsFit): RangeWith's loops, with each chunk
@@ -675,39 +689,18 @@ void RangeMxfp4Panel(const Problem& p, int64_t n0, int64_t n1) {
   const Mxfp4PackedLoader src{static_cast<const uint8_t*>(w.data), w.scales, w.cols};
   thread_local std::vector<float> panel;
   if (static_cast<int64_t>(panel.size()) < 16 * nb * 32) panel.resize(16 * nb * 32);
-  int64_t mb = (int64_t{256} << 10) / (p.kp * 4);
-  mb = mb < 4 ? 4 : mb & ~int64_t{3};
-  for (int64_t i0 = 0; i0 < p.m; i0 += mb) {
-    const int64_t i1 = i0 + mb < p.m ? i0 + mb : p.m;
-    for (int64_t c0 = n0; c0 < n1; c0 += 16) {
-      const int64_t c1 = c0 + 16 < n1 ? c0 + 16 : n1;
-      for (int64_t r = c0; r < c1; ++r) {
-        float* row = panel.data() + (r - c0) * nb * 32;
-        for (int64_t b = 0; b < nb; ++b) {
-          __m512 e, o;
-          src.Load(r, b, e, o);
-          _mm512_storeu_ps(row + b * 32, e);
-          _mm512_storeu_ps(row + b * 32 + 16, o);
-        }
-      }
-      const F32PanelLoader l{panel.data(), c0, nb};
-      int64_t i = i0;
-      for (; i + 4 <= i1; i += 4) RowStrip<4>(l, p, i, c0, c1, nb, 0, 0);
-      switch (i1 - i) {
-        case 3:
-          RowStrip<3>(l, p, i, c0, c1, nb, 0, 0);
-          break;
-        case 2:
-          RowStrip<2>(l, p, i, c0, c1, nb, 0, 0);
-          break;
-        case 1:
-          RowStrip<1>(l, p, i, c0, c1, nb, 0, 0);
-          break;
-        default:
-          break;
+  XBlocksWChunks(p, n0, n1, [&](int64_t i0, int64_t i1, int64_t c0, int64_t c1) {
+    for (int64_t r = c0; r < c1; ++r) {
+      float* row = panel.data() + (r - c0) * nb * 32;
+      for (int64_t b = 0; b < nb; ++b) {
+        __m512 e, o;
+        src.Load(r, b, e, o);
+        _mm512_storeu_ps(row + b * 32, e);
+        _mm512_storeu_ps(row + b * 32 + 16, o);
       }
     }
-  }
+    RowStrips(F32PanelLoader{panel.data(), c0, nb}, p, i0, i1, c0, c1, nb, 0, 0);
+  });
 }
 
 void Range(const Problem& p, int64_t n0, int64_t n1) {
