@@ -104,7 +104,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, KdaTest,
                                            // V = 128: the recurrence's register-resident form
                                            Case{9, 2, 32, 128, 0.5f}, Case{3, 1, 128, 128, 0.5f},
                                            // strong decay: exp(G) spans many orders in a chunk
-                                           Case{70, 1, 16, 16, 8.0f}));
+                                           Case{70, 1, 16, 16, 8.0f},
+                                           // widths off every vector and tile size
+                                           Case{75, 2, 24, 40, 0.3f}));
 
 // Splitting a sequence at multiples of the chunk size reproduces the whole run bit for bit; any
 // split agrees within fp32 rounding.
