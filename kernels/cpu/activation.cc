@@ -1,7 +1,7 @@
 // Elementwise activations, vectorised for AVX-512 and AVX2 with the same formulas (Cephes-style
-// exp and tanh, ~1-2 ulp), chosen at run time like MatMul; the scalar fallback uses libm. Every
-// element goes through the same vector code, tail included (masked or padded), so a value's result
-// never depends on where it sits in the buffer (batch invariance).
+// exp, log and tanh, ~1-2 ulp), chosen at run time like MatMul; the scalar fallback uses libm.
+// Every element goes through the same vector code, tail included (masked or padded), so a value's
+// result never depends on where it sits in the buffer (batch invariance).
 //
 // GCC 12 reports its own _mm512_undefined_* helpers as uninitialised (a known false positive).
 #pragma GCC diagnostic ignored "-Wuninitialized"

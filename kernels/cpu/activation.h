@@ -1,6 +1,6 @@
-// Gated activations of the FFNs: out = act(gate) * up, elementwise over n values (in place allowed).
-// Vectorised with the instruction set MatMul uses (kernels/cpu/matmul.h); an element's result does
-// not depend on its position in the buffer.
+// Gated activations of the FFNs (out = act(gate) * up) and the gates' elementwise functions, over n
+// values (in place allowed). Vectorised with the instruction set MatMul uses
+// (kernels/cpu/matmul.h); an element's result does not depend on its position in the buffer.
 #pragma once
 
 #include <cstdint>

@@ -664,9 +664,9 @@ void RangeWith(const L& l, const Problem& p, int64_t n0, int64_t n1) {
 // at K = 512) and the tiles reading that, where Tile decodes every weight once per four x rows (the
 // decode's three shuffles a block beside eight FMAs). Tile's arithmetic on the same values: the
 // same sums. k3-mini's experts in a 512-token prefill (--matmul_profile, binaries alternated), at
-// 65-93 rows: 124-127 -> 155 GFLOP/s a thread; at 16-64 rows the group strips stay faster (149-159
-// against 123-142 through the panel). Up to K = kMxfp4PanelMaxCols, where the panel stays in L1/L2
-// (64 KiB); wider rows were not measured and keep Tile.
+// 65-93 rows: 134.6-134.9 -> 170.6-170.8 GFLOP/s a thread; at 16-64 rows the group strips stay
+// faster (149-167 against 123-142 through a panel). Up to K = kMxfp4PanelMaxCols, where the panel
+// stays in L1/L2 (64 KiB); wider rows were not measured and keep Tile.
 struct F32PanelLoader {
   const float* panel;  // rows [r0, r0 + 16), nb blocks each, (even, odd) per block
   int64_t r0, nb;
@@ -734,7 +734,7 @@ void Range(const Problem& p, int64_t n0, int64_t n1) {
               return Mxfp4Group{d + n * nb * 16, w.scales + n * nb};
             },
             p, n0, n1);
-      } else if (w.packed && p.m > 3 && w.cols <= kMxfp4PanelMaxCols) {
+      } else if (w.packed && w.cols <= kMxfp4PanelMaxCols) {
         RangeMxfp4Panel(p, n0, n1);
       } else if (w.packed) {
         RangeWith(Mxfp4PackedLoader{static_cast<const uint8_t*>(w.data), w.scales, w.cols}, p, n0,
