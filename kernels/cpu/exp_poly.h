@@ -1,6 +1,6 @@
-// Cephes expf's range reduction and polynomial, shared by the kernels' vectorisable exps (kda.cc's
-// ExpArray, and ExpNonPositive below for kda.cc's chunked form and mla.cc): plain float arithmetic,
-// so a loop around it vectorises in every target clone. Private to kernels/cpu.
+// Cephes expf's range reduction and polynomial, and ExpNonPositive on it, for the kernels'
+// vectorisable exps (kda.cc, mla.cc): plain float arithmetic, so a loop around it vectorises in
+// every target clone. Private to kernels/cpu.
 #pragma once
 
 #include <cstdint>

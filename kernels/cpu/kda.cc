@@ -20,25 +20,8 @@ inline const float* At(const float* base, int64_t t, int64_t h, int64_t H, int64
   return base + (t * H + h) * X;
 }
 
-// exp over an array, written so that the compiler vectorises it (Cephes expf: ~1 ulp on
-// [-87.3, 88.4], inputs clamped to that range). 2^e is applied as two factors, so e = 128 (inputs
-// near the top of the range) does not overflow the exponent field.
-KIMI_INLINE void ExpArray(float* out, const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    float v = x[i] < -87.3365447505531f ? -87.3365447505531f : x[i];
-    v = v > 88.3762626647949f ? 88.3762626647949f : v;
-    int32_t e;
-    const float p = ExpPoly(v, &e);
-    const int32_t h = e >> 1;
-    const int32_t b1 = (h + 127) << 23, b2 = (e - h + 127) << 23;
-    float s1, s2;
-    std::memcpy(&s1, &b1, sizeof s1);
-    std::memcpy(&s2, &b2, sizeof s2);
-    out[i] = p * s1 * s2;
-  }
-}
-
-// The same for inputs <= 0 (every exponent of the chunked form): one 2^e factor.
+// exp over an array of log decays and their sums (every exponent here is <= 0), written so that
+// the compiler vectorises it: Cephes expf (exp_poly.h, ~1 ulp), inputs clamped below at -87.34.
 KIMI_INLINE void ExpNonPositiveArray(float* out, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = ExpNonPositive(x[i]);
 }
@@ -67,8 +50,8 @@ typedef LaneVec<16>::V Vec16;
 // registers across the rows of S, where the general loop loads and stores them once per row (twice
 // the memory operations of the state itself). The same operations on every element, in the same
 // order, so the same bits as the general loop. Both take exp(g) of a token's row in one vectorised
-// pass (ExpArray) before the rows: a libm call per row, between the row's loads and stores, made
-// this loop save and restore its accumulators around every call.
+// pass (ExpNonPositiveArray) before the rows: a libm call per row, between the row's loads and
+// stores, made this loop save and restore its accumulators around every call.
 template <int V>
 KIMI_INLINE void RecurrentHeadFixed(float* o, const float* q, const float* k, const float* v,
                                     const float* g, const float* beta, float* S, const KdaDims& d,
@@ -80,7 +63,7 @@ KIMI_INLINE void RecurrentHeadFixed(float* o, const float* q, const float* k, co
   for (int64_t t = 0; t < d.T; ++t) {
     const TokenRows in(q, k, v, g, beta, t, h, H, K, V);
     const float *qt = in.q, *kt = in.k, *vt = in.v;
-    ExpArray(decay, in.g, K);
+    ExpNonPositiveArray(decay, in.g, K);
     const float bt = in.beta;
     Vec16 kv[kN] = {};
     for (int64_t i = 0; i < K; ++i) {
@@ -121,7 +104,7 @@ KIMI_CLONES void RecurrentHead(float* o, const float* q, const float* k, const f
   for (int64_t t = 0; t < d.T; ++t) {
     const TokenRows in(q, k, v, g, beta, t, h, H, K, V);
     const float *qt = in.q, *kt = in.k, *vt = in.v;
-    ExpArray(decay.data(), in.g, K);
+    ExpNonPositiveArray(decay.data(), in.g, K);
     const float bt = in.beta;
     // S = diag(exp(g)) S, and kv = S^T k on the decayed state, in one pass.
     std::fill(kv.begin(), kv.end(), 0.0f);
@@ -549,36 +532,27 @@ void KdaGate(float* g, const float* g_raw, int64_t T, int64_t H, int64_t K, cons
   // Over the threads by (token, head): an exp per element, about 2% of a batch-64 step serially.
   ParallelFor(T * H, std::max<int64_t>(1, 1024 / std::max<int64_t>(K, 1)),
               [&](int64_t begin, int64_t end) {
-                if (lower_bound) {
-                  // K3: the sigmoid through the vectorised activation (SigmoidInPlace, the same
-                  // result wherever an element sits); with libm's expf one element at a time it
-                  // took 1.5 ns an element on two threads, about 1.4% of a 512-token prefill.
-                  for (int64_t th = begin; th < end; ++th) {
-                    const int64_t h = th % H;
-                    const float a = std::exp(a_log[h]);
-                    for (int64_t x = 0; x < K; ++x) {
-                      g[th * K + x] = a * (g_raw[th * K + x] + dt_bias[h * K + x]);
-                    }
-                  }
-                  float* part = g + begin * K;
-                  const int64_t n = (end - begin) * K;
-                  SigmoidInPlace(part, n);
-                  for (int64_t i = 0; i < n; ++i) part[i] *= *lower_bound;
-                  return;
-                }
-                // Kimi Linear: the softplus vectorised too (SoftplusInPlace); libm's log1p and exp
-                // took about 3% of a 512-token kimi-linear-small prefill.
+                // x + dt_bias times `in`, the vectorised activation over the thread's part
+                // (SigmoidInPlace / SoftplusInPlace: the same result wherever an element sits),
+                // then times `out`. K3: in = exp(A_log), sigmoid, out = lower_bound; Kimi Linear:
+                // in = 1, softplus, out = -exp(A_log). With libm one element at a time the gate
+                // took about 1.4% (K3) and 3% (Kimi Linear) of a 512-token prefill.
                 for (int64_t th = begin; th < end; ++th) {
                   const int64_t h = th % H;
+                  const float in = lower_bound ? std::exp(a_log[h]) : 1.0f;
                   for (int64_t x = 0; x < K; ++x) {
-                    g[th * K + x] = g_raw[th * K + x] + dt_bias[h * K + x];
+                    g[th * K + x] = in * (g_raw[th * K + x] + dt_bias[h * K + x]);
                   }
                 }
                 float* part = g + begin * K;
-                SoftplusInPlace(part, (end - begin) * K);
+                if (lower_bound) {
+                  SigmoidInPlace(part, (end - begin) * K);
+                } else {
+                  SoftplusInPlace(part, (end - begin) * K);
+                }
                 for (int64_t th = begin; th < end; ++th) {
-                  const float a = -std::exp(a_log[th % H]);
-                  for (int64_t x = 0; x < K; ++x) part[(th - begin) * K + x] *= a;
+                  const float out = lower_bound ? *lower_bound : -std::exp(a_log[th % H]);
+                  for (int64_t x = 0; x < K; ++x) part[(th - begin) * K + x] *= out;
                 }
               });
 }

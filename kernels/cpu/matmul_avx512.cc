@@ -676,7 +676,6 @@ struct F32PanelLoader {
     o = _mm512_loadu_ps(at + 16);
   }
   KIMI_ALWAYS_INLINE void Prefetch(int64_t, int64_t) const {}
-  int64_t RowBytes() const { return nb * 128; }
   KIMI_ALWAYS_INLINE void LoadTail(int64_t, int64_t, int, __m512& e, __m512& o) const {
     e = _mm512_setzero_ps();
     o = _mm512_setzero_ps();
