@@ -22,6 +22,9 @@ enum class Op { kSilu, kSitu, kSigmoid, kSigmoidMul, kSoftplus };
 
 struct Params {
   float beta = 4.0f, linear_beta = 25.0f;
+  // 1 / beta where beta is a power of two (K3's 4): gate * inv_beta is then gate / beta to the
+  // bit, without a division. 0 otherwise.
+  float inv_beta = 0.0f;
 };
 
 // --- scalar -------------------------------------------------------------------------------------
@@ -83,13 +86,11 @@ inline __m512 Sigmoid512(__m512 x) {
   return _mm512_div_ps(one, _mm512_add_ps(one, Exp512(_mm512_sub_ps(_mm512_setzero_ps(), x))));
 }
 
+// Both branches are computed only when the vector needs both: a SiTU's up / linear_beta and most
+// of its gate / beta lie below 0.625, and the exp and division of the large branch were most of
+// its time. The lanes get the same branch either way (the same bits).
 inline __m512 Tanh512(__m512 x) {
   const __m512 ax = _mm512_abs_ps(x);
-  // |x| >= 0.625: 1 - 2 / (exp(2|x|) + 1), with the sign of x.
-  const __m512 e = Exp512(_mm512_add_ps(ax, ax));
-  __m512 big = _mm512_sub_ps(_mm512_set1_ps(1.0f),
-                             _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, _mm512_set1_ps(1.0f))));
-  big = _mm512_or_ps(big, _mm512_and_ps(x, _mm512_set1_ps(-0.0f)));
   // |x| < 0.625: x + x^3 P(x^2).
   const __m512 z = _mm512_mul_ps(x, x);
   __m512 p = _mm512_set1_ps(kT0);
@@ -98,7 +99,15 @@ inline __m512 Tanh512(__m512 x) {
   p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(kT3));
   p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(kT4));
   const __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, z), x, x);
-  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.625f), _CMP_LT_OQ), big, small);
+  const __mmask16 is_small = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.625f), _CMP_LT_OQ);
+  if (is_small == 0xffff) return small;
+  // |x| >= 0.625: 1 - 2 / (exp(2|x|) + 1), with the sign of x.
+  const __m512 e = Exp512(_mm512_add_ps(ax, ax));
+  __m512 big =
+      _mm512_sub_ps(_mm512_set1_ps(1.0f),
+                    _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, _mm512_set1_ps(1.0f))));
+  big = _mm512_or_ps(big, _mm512_and_ps(x, _mm512_set1_ps(-0.0f)));
+  return _mm512_mask_blend_ps(is_small, big, small);
 }
 
 // log(x) for normal x > 0: x = m 2^e with m in [sqrt(1/2), sqrt(2)), then Cephes' polynomial.
@@ -145,7 +154,9 @@ inline __m512 Apply512(Op op, __m512 g, __m512 u, const Params& p) {
       return _mm512_mul_ps(_mm512_mul_ps(g, Sigmoid512(g)), u);
     case Op::kSitu: {
       const __m512 b = _mm512_set1_ps(p.beta), lb = _mm512_set1_ps(p.linear_beta);
-      const __m512 a = _mm512_mul_ps(_mm512_mul_ps(b, Tanh512(_mm512_div_ps(g, b))), Sigmoid512(g));
+      const __m512 gb =
+          p.inv_beta != 0.0f ? _mm512_mul_ps(g, _mm512_set1_ps(p.inv_beta)) : _mm512_div_ps(g, b);
+      const __m512 a = _mm512_mul_ps(_mm512_mul_ps(b, Tanh512(gb)), Sigmoid512(g));
       return _mm512_mul_ps(a, _mm512_mul_ps(lb, Tanh512(_mm512_div_ps(u, lb))));
     }
     case Op::kSigmoid:
@@ -197,13 +208,8 @@ inline __m256 Sigmoid256(__m256 x) {
   return _mm256_div_ps(one, _mm256_add_ps(one, Exp256(_mm256_sub_ps(_mm256_setzero_ps(), x))));
 }
 
-inline __m256 Tanh256(__m256 x) {
-  const __m256 sign = _mm256_and_ps(x, _mm256_set1_ps(-0.0f));
+inline __m256 Tanh256(__m256 x) {  // as Tanh512
   const __m256 ax = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
-  const __m256 e = Exp256(_mm256_add_ps(ax, ax));
-  __m256 big = _mm256_sub_ps(_mm256_set1_ps(1.0f),
-                             _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
-  big = _mm256_or_ps(big, sign);
   const __m256 z = _mm256_mul_ps(x, x);
   __m256 p = _mm256_set1_ps(kT0);
   p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(kT1));
@@ -211,7 +217,14 @@ inline __m256 Tanh256(__m256 x) {
   p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(kT3));
   p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(kT4));
   const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), x, x);
-  return _mm256_blendv_ps(big, small, _mm256_cmp_ps(ax, _mm256_set1_ps(0.625f), _CMP_LT_OQ));
+  const __m256 is_small = _mm256_cmp_ps(ax, _mm256_set1_ps(0.625f), _CMP_LT_OQ);
+  if (_mm256_movemask_ps(is_small) == 0xff) return small;
+  const __m256 e = Exp256(_mm256_add_ps(ax, ax));
+  __m256 big =
+      _mm256_sub_ps(_mm256_set1_ps(1.0f),
+                    _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
+  big = _mm256_or_ps(big, _mm256_and_ps(x, _mm256_set1_ps(-0.0f)));
+  return _mm256_blendv_ps(big, small, is_small);
 }
 
 inline __m256 Log256(__m256 x) {
@@ -256,7 +269,9 @@ inline __m256 Apply256(Op op, __m256 g, __m256 u, const Params& p) {
       return _mm256_mul_ps(_mm256_mul_ps(g, Sigmoid256(g)), u);
     case Op::kSitu: {
       const __m256 b = _mm256_set1_ps(p.beta), lb = _mm256_set1_ps(p.linear_beta);
-      const __m256 a = _mm256_mul_ps(_mm256_mul_ps(b, Tanh256(_mm256_div_ps(g, b))), Sigmoid256(g));
+      const __m256 gb =
+          p.inv_beta != 0.0f ? _mm256_mul_ps(g, _mm256_set1_ps(p.inv_beta)) : _mm256_div_ps(g, b);
+      const __m256 a = _mm256_mul_ps(_mm256_mul_ps(b, Tanh256(gb)), Sigmoid256(g));
       return _mm256_mul_ps(a, _mm256_mul_ps(lb, Tanh256(_mm256_div_ps(u, lb))));
     }
     case Op::kSigmoid:
@@ -307,7 +322,11 @@ void SiluGlu(float* out, const float* gate, const float* up, int64_t n) {
 
 void SituGlu(float* out, const float* gate, const float* up, int64_t n, float beta,
              float linear_beta) {
-  Run(Op::kSitu, out, gate, up, n, Params{beta, linear_beta});
+  // x * 2^-e and x / 2^e are the same correctly rounded value (also below the normal range), as
+  // long as 2^-e itself is a normal float.
+  int e = 0;
+  const bool pow2 = std::frexp(beta, &e) == 0.5f && e > -125 && e < 127;
+  Run(Op::kSitu, out, gate, up, n, Params{beta, linear_beta, pow2 ? 1.0f / beta : 0.0f});
 }
 
 void SigmoidInPlace(float* x, int64_t n) { Run(Op::kSigmoid, x, x, nullptr, n); }
