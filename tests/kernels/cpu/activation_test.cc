@@ -69,6 +69,33 @@ TEST(Activation, EveryIsaIsAccurateAndPositionIndependent) {
   SetMatMulIsa(saved);
 }
 
+// beta is a config value (activation_situ_beta): a power of two takes gate * (1 / beta), any other
+// gate / beta. Both against float64 on every instruction set, the same tolerance as above.
+TEST(Activation, SituGluAnyBeta) {
+  const Isa saved = MatMulIsa();
+  const int n = 4001;
+  std::vector<float> g(n), u(n);
+  for (int i = 0; i < n; ++i) {
+    g[i] = -40.0f + 80.0f * i / (n - 1);
+    u[i] = 90.0f - 180.0f * ((i * 613) % n) / (n - 1);
+  }
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kScalar}) {
+    if (!SetMatMulIsa(isa)) continue;
+    for (float beta : {3.0f, 0.5f, 8.0f, 5.5f}) {
+      std::vector<float> out(n);
+      SituGlu(out.data(), g.data(), u.data(), n, beta, 25.0f);
+      for (int i = 0; i < n; ++i) {
+        const double gd = g[i], ud = u[i], b = beta;
+        const double want =
+            b * std::tanh(gd / b) / (1.0 + std::exp(-gd)) * 25.0 * std::tanh(ud / 25.0);
+        ASSERT_NEAR(out[i], want, 1e-6 * (1 + std::fabs(want)))
+            << IsaName(isa) << " " << beta << " " << gd;
+      }
+    }
+  }
+  SetMatMulIsa(saved);
+}
+
 // tanh near zero keeps its relative accuracy (the polynomial branch).
 TEST(Activation, SituNearZeroIsRelativelyAccurate) {
   std::vector<float> g = {1e-6f, -3e-4f, 0.01f, -0.3f, 2.4f, -2.6f}, u = {1e-5f, 2e-3f, -0.5f, 15.0f, -15.7f, 20.0f};
