@@ -133,7 +133,7 @@ absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, floa
   // is a few microseconds of work): the router, the latent down projection, and the shared
   // experts' gate and up.
   const auto logits = Scratch(T * E);
-  std::unique_ptr<float[]> latent, shared_gate, shared_up;
+  ScratchBuffer latent, shared_gate, shared_up;
   {
     std::vector<MatMulTarget> targets = {{logits.get(), E, &w.router}};
     if (m.latent_dim > 0) {
@@ -199,7 +199,7 @@ absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, floa
     job.width = D;
     jobs.push_back(job);
   }
-  std::unique_ptr<float[]> shared;
+  ScratchBuffer shared;
   if (w.shared.gate.data) {
     shared = Scratch(T * d);
     jobs.push_back({&w.shared, nullptr, shared.get(), T, JobCost(w.shared, T, /*down_only=*/true),

@@ -23,7 +23,7 @@ absl::Status Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, c
   const auto proj = Scratch(3 * T * P);  // [3][T, P]
   const auto low = Scratch(T * w.f_a.rows), g = Scratch(T * P), beta = Scratch(T * H);
   const auto gate = Scratch(T * P);
-  std::unique_ptr<float[]> gate_low;
+  ScratchBuffer gate_low;
   {
     const int64_t d = c.hidden;
     std::vector<MatMulTarget> targets = {{proj.get(), P, &w.q_proj},

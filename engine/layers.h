@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "engine/comm/communicator.h"
 #include "engine/engine.h"
+#include "engine/step_memory.h"
 
 namespace kimi::layers {
 
@@ -44,12 +45,6 @@ struct StepLayout {
   int64_t tokens = 0;
   std::vector<SeqSpan> seqs;
 };
-
-// A step's scratch of n floats, not zero-filled: for buffers whose every element is written before
-// it is read (zero fills of the layers' activations were 2-3% of a batch-64 step).
-inline std::unique_ptr<float[]> Scratch(int64_t n) {
-  return std::make_unique_for_overwrite<float[]>(static_cast<size_t>(n));
-}
 
 // True when the step holds several sequences of a few tokens each (batched decode): attention is
 // then parallel over sequences rather than inside each.

@@ -23,7 +23,7 @@ absl::Status Mla(const ModelConfig& c, const MlaWeights& w, int64_t mla_index, c
   // Every projection of x in one pass: q (or q-LoRA's down projection), the cached latent, the
   // output gate.
   const auto q = Scratch(T * H * qk), latent = Scratch(T * width);
-  std::unique_ptr<float[]> cq, gate;
+  ScratchBuffer cq, gate;
   {
     std::vector<MatMulTarget> targets = {{latent.get(), width, &w.kv_a_proj}};
     if (m.q_lora_rank > 0) {

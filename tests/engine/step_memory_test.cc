@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -40,6 +41,58 @@ TEST(StepMemoryTest, FreedBuffersComeBackWithoutPageFaults) {
   const int64_t before = MinorFaults();
   for (int i = 0; i < 5; ++i) layer();
   EXPECT_LT(MinorFaults() - before, 100) << "5 x 6144 pages when the buffers go back to the OS";
+}
+
+// Blocks from kHeapBlockLimit on would be mapped afresh by glibc on every allocation (and every
+// page faulted in again); Scratch keeps them per thread and hands the smallest one that fits back.
+// Each test runs on a thread of its own, whose kept blocks start empty.
+TEST(StepMemoryTest, LargeScratchBlocksAreKeptAndReused) {
+  std::thread([] {
+    constexpr int64_t kFloats = int64_t{40} << 18;  // 40 MiB
+    float* first = nullptr;
+    {
+      ScratchBuffer a = Scratch(kFloats);
+      first = a.get();
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % alignof(std::max_align_t), 0u);
+      std::memset(a.get(), 1, kFloats * sizeof(float));
+      EXPECT_EQ(KeptScratchBytes(), 0);
+    }
+    EXPECT_EQ(KeptScratchBytes(), kFloats * int64_t{sizeof(float)});
+    const int64_t faults = MinorFaults();
+    {
+      ScratchBuffer b = Scratch(kFloats - 1000);  // fits in the kept block
+      EXPECT_EQ(b.get(), first);
+      EXPECT_EQ(KeptScratchBytes(), 0);
+      std::memset(b.get(), 2, (kFloats - 1000) * sizeof(float));
+    }
+#if !defined(__SANITIZE_ADDRESS__)
+    EXPECT_LT(MinorFaults() - faults, 100) << "10240 pages when the block is mapped afresh";
+#endif
+    ScratchBuffer larger = Scratch(kFloats + 16);  // does not fit: a new block
+    EXPECT_NE(larger.get(), first);
+    EXPECT_EQ(KeptScratchBytes(), kFloats * int64_t{sizeof(float)});
+    ScratchBuffer small = Scratch(1000);
+    small.reset();  // from the heap, never kept
+    EXPECT_EQ(KeptScratchBytes(), kFloats * int64_t{sizeof(float)});
+  }).join();
+}
+
+TEST(StepMemoryTest, AtMostFourLargeScratchBlocksAreKeptTheLargest) {
+  std::thread([] {
+    std::vector<ScratchBuffer> blocks;
+    int64_t bytes[6], all = 0;
+    for (int i = 0; i < 6; ++i) {
+      const int64_t floats = (int64_t{38} - i) << 18;  // 38 .. 33 MiB
+      bytes[i] = floats * int64_t{sizeof(float)};
+      all += bytes[i];
+      blocks.push_back(Scratch(floats));
+    }
+    for (int i = 5; i >= 0; --i) blocks[i].reset();  // the smallest first
+    ASSERT_EQ(kKeptScratchBlocks, 4);
+    EXPECT_EQ(KeptScratchBytes(), bytes[0] + bytes[1] + bytes[2] + bytes[3]);
+    blocks.clear();
+    EXPECT_LT(KeptScratchBytes(), all);
+  }).join();
 }
 
 }  // namespace
