@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <mutex>
-#include <new>
 #include <utility>
 #include <vector>
 #if defined(__GLIBC__)
@@ -32,29 +31,22 @@ void KeepStepMemory() {
 
 namespace {
 
-// Each block starts with a header holding its capacity in bytes; the floats follow with
-// operator new's alignment (16 bytes, as make_unique gave them before).
-constexpr size_t kHeader = 16;
-// From this payload size on, header and malloc's own overhead included, glibc maps the block.
+// From this size on, malloc's own overhead included, glibc maps a block.
 constexpr size_t kKeepFrom = kHeapBlockLimit - 4096;
 
 // The large blocks this thread freed, for its next ones. A k3-mini prompt of 4096 tokens in one
-// step (32 MiB of routed-expert rows a layer) took 5.5-6.0 s and 202k page faults with each
-// block mapped afresh; see benchmarks/README.md for the figures with them kept.
+// step (32 MiB of routed-expert rows a layer) took 5.7-6.9 s and 202k page faults with each block
+// mapped afresh, 4.5-4.9 s and 5-11k with them kept (benchmarks/README.md).
 struct KeptBlocks {
-  std::vector<std::pair<size_t, void*>> blocks;  // capacity, block
-  bool alive = true;                             // false once the thread's destructors have run
+  std::vector<std::pair<size_t, float*>> blocks;  // capacity in bytes, block
+  bool alive = true;                              // false once the thread's destructors have run
   ~KeptBlocks() {
-    for (const auto& b : blocks) ::operator delete(b.second);
+    for (const auto& b : blocks) delete[] b.second;
     blocks.clear();
     alive = false;
   }
 };
 thread_local KeptBlocks kept;
-
-float* Payload(void* block) {
-  return reinterpret_cast<float*>(static_cast<char*>(block) + kHeader);
-}
 
 }  // namespace
 
@@ -67,32 +59,28 @@ ScratchBuffer Scratch(int64_t n) {
       if (it->first >= bytes && (best == kept.blocks.end() || it->first < best->first)) best = it;
     }
     if (best != kept.blocks.end()) {
-      void* block = best->second;
+      const auto [capacity, block] = *best;
       kept.blocks.erase(best);
-      return ScratchBuffer(Payload(block));
+      return ScratchBuffer(block, ScratchFree{capacity});
     }
   }
-  void* block = ::operator new(kHeader + bytes);
-  *static_cast<size_t*>(block) = bytes;
-  return ScratchBuffer(Payload(block));
+  return ScratchBuffer(new float[static_cast<size_t>(n)], ScratchFree{bytes});
 }
 
 void ScratchFree::operator()(float* p) const noexcept {
-  void* block = reinterpret_cast<char*>(p) - kHeader;
-  const size_t bytes = *static_cast<size_t*>(block);
   if (bytes >= kKeepFrom && kept.alive) {
     if (kept.blocks.size() < static_cast<size_t>(kKeptScratchBlocks)) {
-      kept.blocks.emplace_back(bytes, block);
+      kept.blocks.emplace_back(bytes, p);
       return;
     }
     // Full: keep the larger blocks (a larger one serves every request a smaller one does).
     auto smallest = std::min_element(kept.blocks.begin(), kept.blocks.end());
     if (smallest->first < bytes) {
-      std::swap(block, smallest->second);
+      std::swap(p, smallest->second);
       smallest->first = bytes;
     }
   }
-  ::operator delete(block);
+  delete[] p;
 }
 
 int64_t KeptScratchBytes() {

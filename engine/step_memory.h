@@ -2,6 +2,7 @@
 // scratch buffers (see step_memory.cc).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -16,12 +17,12 @@ inline constexpr int64_t kHeapBlockLimit = int64_t{32} << 20;
 // beyond 1 GiB. Idempotent; every Engine calls it when constructed. No effect outside glibc.
 void KeepStepMemory();
 
-// A step's scratch of n floats, not zero-filled: for buffers whose every element
-// is written before it is read (zero fills of the layers' activations were 2-3% of a batch-64
-// step). Blocks too large for the heap (a full-size K3 layer's routed-expert rows at a 512-token
-// chunk are 117 MB each) are kept when freed, at most kKeptScratchBlocks per thread, and handed out
-// again.
+// A step's scratch of n floats, not zero-filled: for buffers whose every element is written before
+// it is read (zero fills of the layers' activations were 2-3% of a batch-64 step). Blocks too
+// large for the heap (a full-size K3 layer's routed-expert rows at a 512-token chunk are 117 MB
+// each) are kept when freed, at most kKeptScratchBlocks per thread, and handed out again.
 struct ScratchFree {
+  size_t bytes = 0;  // the block's capacity
   void operator()(float* p) const noexcept;
 };
 using ScratchBuffer = std::unique_ptr<float[], ScratchFree>;
