@@ -86,9 +86,10 @@ inline __m512 Sigmoid512(__m512 x) {
   return _mm512_div_ps(one, _mm512_add_ps(one, Exp512(_mm512_sub_ps(_mm512_setzero_ps(), x))));
 }
 
-// Both branches are computed only when the vector needs both: a SiTU's up / linear_beta and most
-// of its gate / beta lie below 0.625, and the exp and division of the large branch were most of
-// its time. The lanes get the same branch either way (the same bits).
+// The large branch (an exp and a division) only for vectors with a lane that needs it: a SiTU's
+// up / linear_beta (|up| < 15.6) and most of its gate / beta (|gate| < 2.5) take the polynomial.
+// Each lane gets the same branch either way (the same bits). SiTU-GLU over 2^20 normally
+// distributed values on one thread, with the power-of-two beta below: 0.94-1.06 -> 0.57-0.73 ms.
 inline __m512 Tanh512(__m512 x) {
   const __m512 ax = _mm512_abs_ps(x);
   // |x| < 0.625: x + x^3 P(x^2).
