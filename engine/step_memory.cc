@@ -36,7 +36,7 @@ constexpr size_t kKeepFrom = kHeapBlockLimit - 4096;
 
 // The large blocks this thread freed, for its next ones. A k3-mini prompt of 4096 tokens in one
 // step (32 MiB of routed-expert rows a layer) took 5.7-6.9 s and 202k page faults with each block
-// mapped afresh, 4.5-4.9 s and 5-11k with them kept (benchmarks/README.md).
+// mapped afresh, 4.4-4.8 s and 5-11k with them kept (benchmarks/README.md).
 struct KeptBlocks {
   std::vector<std::pair<size_t, float*>> blocks;  // capacity in bytes, block
   bool alive = true;                              // false once the thread's destructors have run
