@@ -40,6 +40,8 @@ constexpr size_t kKeepFrom = kHeapBlockLimit - 4096;
 struct KeptBlocks {
   std::vector<std::pair<size_t, float*>> blocks;  // capacity in bytes, block
   bool alive = true;                              // false once the thread's destructors have run
+  // Reserved up front: the deleter, which cannot throw, never grows the vector.
+  KeptBlocks() { blocks.reserve(kKeptScratchBlocks); }
   ~KeptBlocks() {
     for (const auto& b : blocks) delete[] b.second;
     blocks.clear();
