@@ -48,6 +48,9 @@ struct Context {
   int profile_steps = 0;
   // With profile_steps: run the steps once more with MatMul timing on and print the time by shape.
   bool matmul_profile = false;
+  // The prompt length of the prefill.<N>.<model> figures.
+  int prefill_tokens = 512;
+  std::string PrefillName(const std::string& preset) const;
   std::optional<std::regex> filter;
   std::vector<std::string> commands;  // the command line, for the report
 
@@ -59,6 +62,8 @@ struct Context {
 
 // --- timing ------------------------------------------------------------------------------------
 double Now();
+// Minor page faults of the process so far (getrusage).
+int64_t MinorPageFaults();
 double Median(std::vector<double> v);
 // Median seconds of `reps` calls of fn().
 template <class F>

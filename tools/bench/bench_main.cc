@@ -33,6 +33,9 @@ ABSL_FLAG(bool, list, false, "list the figure names and exit");
 ABSL_FLAG(int, profile_steps, 0,
           "run only this many steps (tokens, at batch 1) of each selected decode figure and print "
           "their median time, without baselines (for a profiler)");
+ABSL_FLAG(int, prefill_tokens, 512,
+          "prompt length of the prefill.<N>.<model> figures: one sequence's prompt as one step "
+          "from fresh state (512: the server's default token budget)");
 ABSL_FLAG(bool, matmul_profile, false,
           "with --profile_steps: run the steps once more with MatMul timing on and print where "
           "their MatMul time goes, by shape");
@@ -52,6 +55,7 @@ int main(int argc, char** argv) {
   ctx.idle_wait_s = absl::GetFlag(FLAGS_idle_wait);
   ctx.profile_steps = absl::GetFlag(FLAGS_profile_steps);
   ctx.matmul_profile = absl::GetFlag(FLAGS_matmul_profile);
+  ctx.prefill_tokens = std::max(1, absl::GetFlag(FLAGS_prefill_tokens));
   if (!absl::GetFlag(FLAGS_filter).empty()) ctx.filter.emplace(absl::GetFlag(FLAGS_filter));
   const std::vector<std::string> models =
       absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipEmpty());
@@ -61,7 +65,7 @@ int main(int argc, char** argv) {
       std::printf("decode.b1.%s\ndecode.b1.%s.t1\n", m.c_str(), m.c_str());
       for (int n : {8, 32, 64}) std::printf("decode.b%d.%s\n", n, m.c_str());
       for (int n : {8, 32, 64}) std::printf("decode.b%d.%s.bf16\n", n, m.c_str());
-      std::printf("prefill.512.%s\n", m.c_str());
+      std::printf("%s\n", ctx.PrefillName(m).c_str());
     }
     std::printf(
         "prefill.gemm\nprefill.gemm.bf16\nkda.prefill.per_token_16k_over_1k\nstate.128k.hybrid_"
@@ -72,7 +76,7 @@ int main(int argc, char** argv) {
   ctx.Log(absl::StrCat("threads ", kimi::cpu::ThreadPool::Global().num_threads(), ", isa ",
                        kimi::cpu::IsaName(kimi::cpu::MatMulIsa()), ", repeats ", ctx.repeats));
 
-  // The roofline figures (batched decode, prefill.512) measure the GEMM peak in their own rounds:
+  // The roofline figures (batched decode, prefill.<N>) measure the GEMM peak in their own rounds:
   // build the library GEMMs when they or the prefill.gemm figures run.
   bool rooflines = false;
   for (const std::string& m : models) {
@@ -80,7 +84,7 @@ int main(int argc, char** argv) {
       rooflines |= ctx.Wants(absl::StrCat("decode.b", n, ".", m));
       rooflines |= ctx.Wants(absl::StrCat("decode.b", n, ".", m, ".bf16"));
     }
-    rooflines |= ctx.Wants("prefill.512." + m);
+    rooflines |= ctx.Wants(ctx.PrefillName(m));
   }
   std::unique_ptr<GemmPeakMeter> meter;
   if ((ctx.Wants("prefill.gemm") || ctx.Wants("prefill.gemm.bf16") || rooflines) &&

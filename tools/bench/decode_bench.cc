@@ -288,20 +288,20 @@ void DecodeBatched(const Context& ctx, const std::string& preset, const Model& m
   ctx.Emit(f);
 }
 
-// prefill.512.<model>: one sequence's 512-token prompt as one step from fresh state (the server's
-// default token budget, so a longer prompt's every chunk), against the roofline of its own matmul
-// flops and weight bytes, as the batched decode figures; fp32 activations. Each run builds and
-// clears its state pools before the clock starts; the KV pages' first touch is inside it, as a new
-// slot's is in a server.
-void Prefill512(const Context& ctx, const std::string& preset, const Model& m,
-                GemmPeakMeter* meter) {
-  const std::string name = "prefill.512." + preset;
+// prefill.<N>.<model> (N = --prefill_tokens, 512 by default: the server's default token budget,
+// so a longer prompt's every chunk): one sequence's N-token prompt as one step from fresh state,
+// against the roofline of its own matmul flops and weight bytes, as the batched decode figures;
+// fp32 activations. Each run builds and clears its state pools before the clock starts; the KV
+// pages' first touch is inside it, as a new slot's is in a server. The detail counts the minor
+// page faults of one prefill (the KV pages', and any step buffer the heap does not keep).
+void Prefill(const Context& ctx, const std::string& preset, const Model& m, GemmPeakMeter* meter) {
+  const std::string name = ctx.PrefillName(preset);
   if (!ctx.Wants(name)) return;
-  constexpr int64_t kLen = 512;
+  const int64_t len = ctx.prefill_tokens;
   const auto fresh_prefill = [&] {
-    DecodeBatch batch(m, 1, kLen + 16);
+    DecodeBatch batch(m, 1, len + 16);
     const double t0 = Now();
-    batch.Prefill(kLen);
+    batch.Prefill(len);
     return Now() - t0;
   };
   fresh_prefill();  // warm-up
@@ -311,14 +311,18 @@ void Prefill512(const Context& ctx, const std::string& preset, const Model& m,
   }
   assert(meter != nullptr);
   StepCost cost;
+  int64_t faults = 0;
   {
-    DecodeBatch batch(m, 1, kLen + 16);
-    cost = MeasureStepCost(m, [&] { batch.Prefill(kLen); });
+    DecodeBatch batch(m, 1, len + 16);
+    const int64_t before = MinorPageFaults();
+    cost = MeasureStepCost(m, [&] { batch.Prefill(len); });
+    faults = MinorPageFaults() - before;
   }
   Figure f = RooflineFigure(ctx, m, cost, meter, /*bf16=*/false, 2, fresh_prefill);
   f.name = name;
-  f.detail["prompt_tokens"] = kLen;
-  f.detail["tokens_per_s"] = kLen / (f.value / 1e3);
+  f.detail["prompt_tokens"] = len;
+  f.detail["tokens_per_s"] = static_cast<double>(len) / (f.value / 1e3);
+  f.detail["minor_page_faults"] = faults;
   ctx.Emit(f);
 }
 
@@ -330,7 +334,7 @@ void RunDecode(const Context& ctx, const std::string& preset, GemmPeakMeter* met
     names.push_back(absl::StrCat("decode.b", n, ".", preset));
     names.push_back(absl::StrCat("decode.b", n, ".", preset, ".bf16"));
   }
-  names.push_back("prefill.512." + preset);
+  names.push_back(ctx.PrefillName(preset));
   if (!ctx.WantsAny(names)) return;
   std::unique_ptr<Model> m = LoadPreset(ctx, preset);
   if (!m) return;
@@ -338,7 +342,7 @@ void RunDecode(const Context& ctx, const std::string& preset, GemmPeakMeter* met
   for (bool bf16 : {false, true}) {
     for (int n : {8, 32, 64}) DecodeBatched(ctx, preset, *m, n, meter, bf16);
   }
-  Prefill512(ctx, preset, *m, meter);
+  Prefill(ctx, preset, *m, meter);
 }
 
 }  // namespace kimi::bench

@@ -1,9 +1,6 @@
 // GCC 12 reports its own _mm512_undefined_* helpers as uninitialised (a known false positive).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +14,9 @@
 #include "engine/synthetic_model.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tools/bench/bench.h"
+#include <immintrin.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 namespace kimi::bench {
 
@@ -29,6 +29,10 @@ bool Context::WantsAny(const std::vector<std::string>& names) const {
     if (Wants(n)) return true;
   }
   return false;
+}
+
+std::string Context::PrefillName(const std::string& preset) const {
+  return absl::StrCat("prefill.", prefill_tokens, ".", preset);
 }
 
 void Context::Log(const std::string& line) const { std::fprintf(stderr, "[bench] %s\n", line.c_str()); }
@@ -56,6 +60,12 @@ void Context::Emit(const Figure& f) const {
                 f.unit.c_str(), base.c_str(), ratio.c_str(), f.note.c_str());
   }
   std::fflush(stdout);
+}
+
+int64_t MinorPageFaults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
 }
 
 double Now() {
