@@ -113,8 +113,10 @@ TEST(Mla, LatentAttentionOverManyChunksMatchesDouble) {
   struct Dims {
     int64_t heads, rank, rope, keys, tokens;
   };
-  for (const Dims d : {Dims{4, 128, 64, 700, 1}, Dims{4, 128, 64, 700, 7}, Dims{3, 40, 10, 300, 1},
-                       Dims{4, 64, 16, 129, 2}, Dims{8, 64, 16, 300, 3}}) {
+  // The last: a fresh 160-token prompt (rows cut into parts of equal work under the causal mask).
+  for (const Dims d :
+       {Dims{4, 128, 64, 700, 1}, Dims{4, 128, 64, 700, 7}, Dims{3, 40, 10, 300, 1},
+        Dims{4, 64, 16, 129, 2}, Dims{8, 64, 16, 300, 3}, Dims{4, 64, 16, 160, 160}}) {
     const int64_t width = d.rank + d.rope, first_pos = d.keys - d.tokens;
     LatentCache cache(d.keys, width, 11);
     const auto qa = testing::RandomVector(d.tokens * d.heads * width, 12, -0.5f, 0.5f);
