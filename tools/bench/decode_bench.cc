@@ -1,5 +1,5 @@
 // decode.b1.<model> and decode.b8|b32|b64.<model>: engine steps of one token per sequence;
-// prefill.512.<model>: one 512-token prompt.
+// prefill.<N>.<model>: one N-token prompt (--prefill_tokens, 512 by default).
 //
 // b1: value = weight bytes one token reads (Model::ActiveWeightBytes: MXFP4 experts at their packed
 // size) / median time per token, baseline = streaming-read bandwidth over the weights' own memory
