@@ -1,10 +1,10 @@
 // kimi-bench [--filter REGEX] [--json] [--repeats N] [--models_dir DIR] [--models a,b]
 // Prints every performance figure of DESIGN.md's contract with its baseline measured in the same
 // run and their ratio (--json: one JSON object per line with name, value, unit, baseline, ratio).
-// Figures: decode.b1.<model>[.t1], decode.b8|b32|b64.<model>[.bf16], prefill.<N>.<model> (N =
-// --prefill_tokens, 512), prefill.gemm[.bf16], kda.prefill.per_token_16k_over_1k,
-// state.128k.hybrid_over_mla, scheduler.overhead.b64. Models are read from --models_dir/<preset>
-// and generated there (seed 1) when missing.
+// Figures: decode.b1.<model>[.t1], decode.b8|b32|b64.<model>[.bf16], prefill.<N>.<model>
+// (N: --prefill_tokens, 512 by default), prefill.gemm[.bf16], kda.prefill.per_token_16k_over_1k,
+// state.128k.hybrid_over_mla, scheduler.overhead.b64.
+// Models are read from --models_dir/<preset> and generated there (seed 1) when missing.
 #include <cstdio>
 #include <string>
 #include <vector>
