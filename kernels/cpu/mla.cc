@@ -80,10 +80,21 @@ KIMI_INLINE void Scores(float (*sc)[kKeys], int64_t j0, const float* const* q,
       for (int j = 0; j < NJ; ++j) acc[i][j] += qv * kv[j];
     }
   }
+  if constexpr (L == 16 && NJ == 4) {  // the 16 sums in one transposed reduction, same tree
+    V v[16];
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; ++t)
+      v[t] = acc[t % 4 < MR ? t % 4 : 0][t / 4];  // v[4j + i] = acc[i][j]
+    float r[16];                                  // r[4i + j] = SumLanes(acc[i][j])
+    SumLanes16(v, r);
 #pragma GCC unroll 4
-  for (int i = 0; i < MR; ++i) {
+    for (int i = 0; i < MR; ++i) std::memcpy(&sc[i][j0], r + 4 * i, 4 * sizeof(float));
+  } else {
 #pragma GCC unroll 4
-    for (int j = 0; j < NJ; ++j) sc[i][j0 + j] = SumLanes(acc[i][j]);
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+      for (int j = 0; j < NJ; ++j) sc[i][j0 + j] = SumLanes(acc[i][j]);
+    }
   }
 }
 
