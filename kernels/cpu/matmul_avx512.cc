@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/lanes.h"
 #include "kernels/cpu/matmul_impl.h"
 #include <immintrin.h>
 
@@ -228,26 +229,15 @@ KIMI_ALWAYS_INLINE float Reduce(__m512 a) {
 // j + 2, then j, j + 1), so the sums are the same bits. 30 shuffles and 15 adds where 16 Reduce
 // calls take 64 and 64: at K = 512 a 4 x 4 tile's 16 blocks of 32 FMAs spent about a fifth of its
 // time in the reductions. One thread, in cache, GFLOP/s: 2048 x 512 at m = 2 / 8 / 64 / 512:
-// 161-163 / 178-181 / 147-168 / 170-171 before, 176-177 / 198-201 / 185-193 / 187 after.
+// 161-163 / 178-181 / 147-168 / 170-171 before, 176-177 / 198-201 / 185-193 / 187 after. The tree
+// is lanes.h's SumLanes16, shared with MLA's score tiles (the compiler keeps r in registers).
 KIMI_ALWAYS_INLINE __m512 Reduce16(const __m512 (&v)[16]) {
-  __m512 s1[8], s2[4], s3[2];
-#pragma GCC unroll 8
-  for (int q = 0; q < 8; ++q) {  // (lanes 0-7 of v[2q], lanes 0-7 of v[2q + 1])
-    s1[q] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * q], v[2 * q + 1], 0x44),
-                          _mm512_shuffle_f32x4(v[2 * q], v[2 * q + 1], 0xee));
-  }
-#pragma GCC unroll 4
-  for (int q = 0; q < 4; ++q) {  // lanes 0-3 of v[4q], .., v[4q + 3]
-    s2[q] = _mm512_add_ps(_mm512_shuffle_f32x4(s1[2 * q], s1[2 * q + 1], 0x88),
-                          _mm512_shuffle_f32x4(s1[2 * q], s1[2 * q + 1], 0xdd));
-  }
-#pragma GCC unroll 2
-  for (int q = 0; q < 2; ++q) {  // per 128-bit lane k: lanes 0-1 of v[8q + k], v[8q + 4 + k]
-    s3[q] = _mm512_add_ps(_mm512_shuffle_ps(s2[2 * q], s2[2 * q + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                          _mm512_shuffle_ps(s2[2 * q], s2[2 * q + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-  }
-  return _mm512_add_ps(_mm512_shuffle_ps(s3[0], s3[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_ps(s3[0], s3[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  LaneVec<16>::V w[16];
+#pragma GCC unroll 16
+  for (int t = 0; t < 16; ++t) w[t] = reinterpret_cast<LaneVec<16>::V>(v[t]);
+  float r[16];
+  SumLanes16(w, r);
+  return _mm512_loadu_ps(r);
 }
 
 // y[i * ldy + j] = Reduce(acc[i][j]) for MR <= 4 x rows of 4 sums, through Reduce16. acc points
