@@ -175,7 +175,17 @@ async function run(tests, limit = 120000) {
   process.exit(failed ? 1 : 0);
 }
 
-function tmpdir(prefix) { return fs.mkdtempSync(path.join(os.tmpdir(), prefix)); }
+// A fresh directory under the system's temp dir, removed with everything in it when the test
+// process exits (pass or fail).
+const tmpdirs = [];
+process.on('exit', () => {
+  for (const dir of tmpdirs) fs.rmSync(dir, {recursive: true, force: true});
+});
+function tmpdir(prefix) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  tmpdirs.push(dir);
+  return dir;
+}
 
 module.exports = { grpc, kimi, root, build, modelDir, startServer, startMpiServer, client,
                    healthClient,
