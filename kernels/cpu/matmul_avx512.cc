@@ -339,14 +339,41 @@ inline void Tile(const L& l, const float* xp, int64_t kp, float* y, int64_t ldy,
 // ranges of a decode step (a 512-wide matrix is a few hundred KiB): without it a batch-1 step on
 // kimi-linear-small took 12.3-13.0 ms, with 2-8 KiB ahead 10.4-11.7 ms, with 16 KiB 10.7-11.5 ms.
 constexpr int64_t kOneRowAhead = 8192;
+
+// How a group's prefetches are spread when it is read in several passes, one per strip of x rows
+// (Bf16Group::SpreadOver, SpreadLine).
+struct PassSpread {
+  int pass = 0, passes = 1;  // this pass (from 0) of passes
+  int64_t nb = 0;            // blocks in a pass
+  int64_t ahead = 0;         // bytes from this group's start to the lines spread over its passes
+};
+
 struct Bf16Group {
   static constexpr int kStripRows = 3;     // x rows per strip: widening a block is two instructions
   static constexpr int kGroupsAtOnce = 3;  // GroupsOneRow at one x row (24 accumulators)
   static constexpr int64_t kBlockBytes = kPackRows * 64;
   static constexpr int64_t kAheadBytes = kOneRowAhead;  // Prefetch's distance
+  static constexpr bool kSpreadsPrefetch = true;        // see SpreadOver
   const uint16_t* g;                                    // the group's block 0
   bool prefetch = true;  // software prefetches on (GroupStrips turns them off, see there)
+  PassSpread spread{};
   static int64_t RowBytes(int64_t nb) { return nb * 64; }
+  // Read in `passes` passes of nb blocks (GroupStrips' strips of x rows: the first pass takes the
+  // group from memory, the later ones find it in L1). With each pass prefetching kAheadBytes past
+  // the block it reads, only the first asked for new lines and the memory idled while the later
+  // ones computed. Spread, the lines one group on (whole groups, at least kAheadBytes) are shared
+  // out evenly over every block visit of every pass (SpreadLine), so the memory streams the next
+  // group all the while. 1024 x 1024 (kimi-linear-small's experts) at m = 4-8 on two threads,
+  // cold, a probe alternating the two: 0.85-0.95 of the time (a group ahead; a group and 2 or 8
+  // KiB, or fewer bytes than the group, were slower). Steps alternated every ten in one process
+  // (median of 6-8 per-pair ratios, three runs): kimi-linear-small batch 8 / 32 / 64 0.94-0.95 /
+  // 0.95-0.99 / 0.96-0.97, k3-mini 0.96-0.97 / 0.99 / 0.98-1.01. Only the fp32 path spreads: on
+  // the bf16 one (GroupRowsBf16) a pass of dot products is as short as its memory time, and spread
+  // there a batch-8 k3-mini step took 1.02-1.05x (its LM head at 8 rows read 42-47 GB/s, not
+  // 54-61), kimi-linear-small batch 32 0.97-0.99x.
+  void SpreadOver(int passes, int64_t nb) {
+    spread = PassSpread{0, passes, nb, SpreadAheadBytes(nb * kBlockBytes, kAheadBytes)};
+  }
   KIMI_ALWAYS_INLINE void PrefetchBlock(int64_t b) const {
     if (!prefetch) return;
 #pragma GCC unroll 8
@@ -356,10 +383,18 @@ struct Bf16Group {
   }
   KIMI_ALWAYS_INLINE void Prefetch(int64_t b) const {
     if (!prefetch) return;
+    const char* base = reinterpret_cast<const char*>(g);
+    if (spread.passes == 1) {
 #pragma GCC unroll 8
-    for (int j = 0; j < kPackRows; ++j) {
-      _mm_prefetch(reinterpret_cast<const char*>(g + (b * kPackRows + j) * 32) + kOneRowAhead,
-                   _MM_HINT_T0);
+      for (int j = 0; j < kPackRows; ++j) {
+        _mm_prefetch(base + (b * kPackRows + j) * 64 + kAheadBytes, _MM_HINT_T0);
+      }
+      return;
+    }
+    const int64_t visit = spread.pass * spread.nb + b;
+    const int64_t end = SpreadLine(visit + 1, kPackRows, spread.passes);
+    for (int64_t l = SpreadLine(visit, kPackRows, spread.passes); l < end; ++l) {
+      _mm_prefetch(base + spread.ahead + l * 64, _MM_HINT_T0);
     }
   }
   KIMI_ALWAYS_INLINE void Load(int64_t b, int j, __m512& e, __m512& o) const {
@@ -376,6 +411,10 @@ struct Mxfp4Group {
   // One group at a time: GroupsOneRow was slower with the decode (one cold thread, K = 1024-7168,
   // paired passes: three groups 0.5-0.7x, two 0.72-0.86x).
   static constexpr int kGroupsAtOnce = 1;
+  // Not spread as Bf16Group's prefetches: with the MXFP4 strips spread too, batch-8 / 32 / 64
+  // k3-mini steps took 0.99 / 1.00 / 1.02 of the time, against 0.96-0.97 / 0.99 / 0.98-1.01 with
+  // bf16 groups alone (the same alternation): a strip's decode leaves less memory time to hide.
+  static constexpr bool kSpreadsPrefetch = false;
   bool prefetch = true;
   static int64_t RowBytes(int64_t nb) { return nb * 17; }  // 16 code bytes and a scale per block
   KIMI_ALWAYS_INLINE void Prefetch(int64_t b) const {
@@ -515,6 +554,48 @@ template <class G>
 bool PrefetchGroup(const Problem& p, int64_t n0, int64_t n) {
   return p.m > 1 || (n - n0) * G::RowBytes(p.w->cols / 32) < kOneRowPrefetchBytes;
 }
+// The strips GroupStrips reads a group in for m x rows, in order: f(i, rows, j0, cols) for x rows
+// [i, i + rows) against group rows [j0, j0 + cols), rows and cols as integral constants. bf16
+// takes strips of three x rows against the whole group (four rows left go as two strips of two,
+// not 3 + 1), MXFP4 at m >= 3 strips of four (or three) against each half of the group, then
+// either takes the last one or two rows against the whole group.
+template <class G, class F>
+KIMI_ALWAYS_INLINE void ForEachStrip(int64_t m, const F& f) {
+  using Four = std::integral_constant<int, 4>;
+  using Three = std::integral_constant<int, 3>;
+  using Whole = std::integral_constant<int, kPackRows>;
+  int64_t i = 0;
+  if constexpr (G::kStripRows == 4) {
+    if (m >= 3) {
+      for (int j0 = 0; j0 < kPackRows; j0 += 4) {
+        for (i = 0; i + 4 <= m; i += 4) f(i, Four{}, j0, Four{});
+        if (m - i == 3) {
+          f(i, Three{}, j0, Four{});
+          i += 3;
+        }
+      }
+    }
+  }
+  if constexpr (G::kStripRows == 3) {
+    for (; i + 3 <= m && m - i != 4; i += 3) f(i, Three{}, 0, Whole{});
+  }
+  for (; i + 2 <= m; i += 2) f(i, std::integral_constant<int, 2>{}, 0, Whole{});
+  if (i < m) f(i, std::integral_constant<int, 1>{}, 0, Whole{});
+}
+
+// y[i * ldy + j] for MR x rows of NR sums (a strip's accumulators), through Reduce16.
+template <int MR, int NR>
+KIMI_ALWAYS_INLINE void StoreStripSums(const __m512 (&acc)[MR][NR], float* y, int64_t ldy) {
+  if constexpr (NR == 4) {
+    StoreQuadSums<MR>(acc, y, ldy);
+  } else if constexpr (MR == 3) {
+    StoreGroupSums<2>(acc, y, ldy);
+    StoreGroupSums<1>(acc + 2, y + 2 * ldy, ldy);
+  } else {
+    StoreGroupSums<MR>(acc, y, ldy);
+  }
+}
+
 template <class G, class MakeGroup>
 inline void GroupStrips(const MakeGroup& make, const Problem& p, int64_t n0, int64_t n1) {
   const int64_t nb = p.w->cols / 32;
@@ -529,45 +610,21 @@ inline void GroupStrips(const MakeGroup& make, const Problem& p, int64_t n0, int
       }
     }
   }
+  int passes = 0;
+  ForEachStrip<G>(p.m, [&](int64_t, auto, int, auto) { ++passes; });
   for (; n < n1; n += kPackRows) {
     G g = make(n);
     g.prefetch = PrefetchGroup<G>(p, n0, n);
-    int64_t i = 0;
-    if constexpr (G::kStripRows == 4) {
-      if (p.m >= 3) {
-        for (int j0 = 0; j0 < kPackRows; j0 += 4) {
-          for (i = 0; i + 4 <= p.m; i += 4) {
-            __m512 acc[4][4];
-            GroupSums<4, 4>(g, p.xp + i * p.kp, p.kp, nb, j0, acc);
-            StoreQuadSums<4>(acc, p.y + i * p.ldy + n + j0, p.ldy);
-          }
-          if (p.m - i == 3) {
-            __m512 acc[3][4];
-            GroupSums<3, 4>(g, p.xp + i * p.kp, p.kp, nb, j0, acc);
-            StoreQuadSums<3>(acc, p.y + i * p.ldy + n + j0, p.ldy);
-            i += 3;
-          }
-        }
-      }
+    if constexpr (G::kSpreadsPrefetch) {
+      if (passes > 1) g.SpreadOver(passes, nb);
     }
-    if constexpr (G::kStripRows == 3) {  // four rows left go as two strips of two, not 3 + 1
-      for (; i + 3 <= p.m && p.m - i != 4; i += 3) {
-        __m512 acc[3][kPackRows];
-        GroupSums<3, kPackRows>(g, p.xp + i * p.kp, p.kp, nb, 0, acc);
-        StoreGroupSums<2>(acc, p.y + i * p.ldy + n, p.ldy);
-        StoreGroupSums<1>(acc + 2, p.y + (i + 2) * p.ldy + n, p.ldy);
-      }
-    }
-    for (; i + 2 <= p.m; i += 2) {
-      __m512 acc[2][kPackRows];
-      GroupSums<2, kPackRows>(g, p.xp + i * p.kp, p.kp, nb, 0, acc);
-      StoreGroupSums<2>(acc, p.y + i * p.ldy + n, p.ldy);
-    }
-    if (i < p.m) {
-      __m512 acc[1][kPackRows];
-      GroupSums<1, kPackRows>(g, p.xp + i * p.kp, p.kp, nb, 0, acc);
-      StoreGroupSums<1>(acc, p.y + i * p.ldy + n, p.ldy);
-    }
+    ForEachStrip<G>(p.m, [&](int64_t i, auto rows, int j0, auto cols) {
+      constexpr int MR = decltype(rows)::value, NR = decltype(cols)::value;
+      __m512 acc[MR][NR];
+      GroupSums<MR, NR>(g, p.xp + i * p.kp, p.kp, nb, j0, acc);
+      StoreStripSums<MR, NR>(acc, p.y + i * p.ldy + n + j0, p.ldy);
+      if constexpr (G::kSpreadsPrefetch) ++g.spread.pass;
+    });
   }
 }
 

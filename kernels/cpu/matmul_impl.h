@@ -76,6 +76,19 @@ int64_t ShareBegin(int64_t units, int64_t t, int64_t shares, int64_t tile);
 void RunInShares(ThreadPool& pool, int64_t units, int64_t grain, int64_t tile,
                  const std::function<void(int64_t, int64_t)>& run);
 
+// Prefetches spread over the passes of a packed group (AVX-512 Bf16Group::SpreadOver): a group of
+// nb blocks of block_lines cache lines, read in `passes` passes (strips of x rows), prefetches the
+// lines of a stretch as long as the group, SpreadAheadBytes from its start, block visit v = pass *
+// nb + b taking lines [SpreadLine(v), SpreadLine(v + 1)): over the visits in order, every line of
+// the stretch once, at most ceil(block_lines / passes) a visit.
+constexpr int64_t SpreadLine(int64_t visit, int64_t block_lines, int64_t passes) {
+  return visit * block_lines / passes;
+}
+// Whole groups, at least ahead_bytes.
+constexpr int64_t SpreadAheadBytes(int64_t group_bytes, int64_t ahead_bytes) {
+  return (ahead_bytes + group_bytes - 1) / group_bytes * group_bytes;
+}
+
 // xp[kp] = x[k] in the canonical layout.
 void PermuteRow(float* xp, const float* x, int64_t k, int64_t kp);
 // xb[kp] = x[k] rounded to bf16 (F32ToBf16), zero-padded: the bf16 path's activations.

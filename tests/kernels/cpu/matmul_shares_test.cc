@@ -2,6 +2,8 @@
 // ranges that start on tile boundaries, for many pool sizes and shapes, with the threads finishing
 // their own shares at different times so that the others' ranges are taken from the back; each
 // thread starting on its own share; and the product sequence behind the idle workers' prefetches.
+// Also where a packed group read in several passes spreads its prefetches (SpreadLine).
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -95,6 +97,35 @@ TEST(RunInShares, ThreadsStartOnTheFrontOfTheirOwnShare) {
 }
 
 // ProductSequence: each product's hint is the shares of the product that followed it last time.
+// The lines ahead of a group read in `passes` passes: each line once, in order, shared out evenly
+// over the block visits (never a visit with none while another takes two more), from a whole
+// number of groups on, the least that reaches the one-pass distance.
+TEST(SpreadPrefetch, EveryLineAheadOnceAndEvenly) {
+  for (int64_t block_lines : {8, 2}) {
+    for (int64_t passes = 2; passes <= 7; ++passes) {
+      for (int64_t nb : {1, 2, 3, 16, 32, 224}) {
+        int64_t next = 0, fewest = block_lines, most = 0;
+        for (int64_t v = 0; v < passes * nb; ++v) {
+          const int64_t begin = matmul_internal::SpreadLine(v, block_lines, passes);
+          const int64_t end = matmul_internal::SpreadLine(v + 1, block_lines, passes);
+          ASSERT_EQ(begin, next);
+          fewest = std::min(fewest, end - begin);
+          most = std::max(most, end - begin);
+          next = end;
+        }
+        ASSERT_EQ(next, nb * block_lines) << passes << " passes, " << nb << " blocks";
+        EXPECT_LE(most - fewest, 1) << passes << " passes, " << nb << " blocks";
+      }
+    }
+  }
+  for (int64_t group_bytes : {512, 3072, 4096, 8192, 16384, 114688}) {
+    const int64_t ahead = matmul_internal::SpreadAheadBytes(group_bytes, 8192);
+    EXPECT_EQ(ahead % group_bytes, 0) << group_bytes;
+    EXPECT_GE(ahead, 8192) << group_bytes;
+    EXPECT_LT(ahead - group_bytes, 8192) << group_bytes;
+  }
+}
+
 TEST(ProductSequence, HintsWhatFollowedLastTime) {
   using Range = ThreadPool::MemoryRange;
   matmul_internal::ProductSequence seq;
