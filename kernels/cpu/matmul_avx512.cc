@@ -618,13 +618,16 @@ inline void GroupStrips(const MakeGroup& make, const Problem& p, int64_t n0, int
     if constexpr (G::kSpreadsPrefetch) {
       if (passes > 1) g.SpreadOver(passes, nb);
     }
-    ForEachStrip<G>(p.m, [&](int64_t i, auto rows, int j0, auto cols) {
-      constexpr int MR = decltype(rows)::value, NR = decltype(cols)::value;
-      __m512 acc[MR][NR];
-      GroupSums<MR, NR>(g, p.xp + i * p.kp, p.kp, nb, j0, acc);
-      StoreStripSums<MR, NR>(acc, p.y + i * p.ldy + n + j0, p.ldy);
-      if constexpr (G::kSpreadsPrefetch) ++g.spread.pass;
-    });
+    // Inlined, as the loops it stands for were (GCC otherwise kept the one-row MXFP4 strip, batch
+    // 1's expert products, in a function of its own).
+    ForEachStrip<G>(
+        p.m, [&](int64_t i, auto rows, int j0, auto cols) __attribute__((always_inline)) {
+          constexpr int MR = decltype(rows)::value, NR = decltype(cols)::value;
+          __m512 acc[MR][NR];
+          GroupSums<MR, NR>(g, p.xp + i * p.kp, p.kp, nb, j0, acc);
+          StoreStripSums<MR, NR>(acc, p.y + i * p.ldy + n + j0, p.ldy);
+          if constexpr (G::kSpreadsPrefetch) ++g.spread.pass;
+        });
   }
 }
 
