@@ -340,6 +340,25 @@ inline void Tile(const L& l, const float* xp, int64_t kp, float* y, int64_t ldy,
 // kimi-linear-small took 12.3-13.0 ms, with 2-8 KiB ahead 10.4-11.7 ms, with 16 KiB 10.7-11.5 ms.
 constexpr int64_t kOneRowAhead = 8192;
 
+// One line of each 4 KiB page kPageAheadBytes ahead of a group's stream of weights, whatever its
+// line prefetches do: the address translation of the pages ahead is then in the TLB before the
+// line prefetches and the loads reach them. On the Zen 5 host (a virtual machine: a 2 MiB guest
+// page is no help when the host maps it in 4 KiB pages) a product streaming cold weights otherwise
+// stalled on a page walk every 4 KiB, which the 8 KiB-ahead line prefetches did not hide. Expert
+// jobs as the engine runs them (1024 x 1024 and 1024 x 512 bf16 at two x rows, one thread, 768
+// MB of experts): 21-23 -> 43-44 GB/s (at 32 / 128 KiB ahead 39 / 42). Steps alternated every ten
+// in one process (median of 6-8 per-pair ratios): kimi-linear-small batch 1 0.79-0.92, batch 8
+// 0.83-0.98, batch 32 0.92, batch 64 0.93; k3-mini batch 1 0.85-0.91, batch 8 / 32 / 64 0.99 /
+// 1.01 / 0.98 (its MXFP4 experts are decode-bound there).
+constexpr int64_t kPageAheadBytes = 64 << 10;
+template <int64_t kBlockBytes>
+KIMI_ALWAYS_INLINE void PrefetchPageAhead(const void* block0, int64_t b) {
+  constexpr int64_t kBlocksPerPage = 4096 / kBlockBytes;
+  if (b % kBlocksPerPage == 0) {
+    _mm_prefetch(static_cast<const char*>(block0) + b * kBlockBytes + kPageAheadBytes, _MM_HINT_T0);
+  }
+}
+
 // How a group's prefetches are spread when it is read in several passes, one per strip of x rows
 // (Bf16Group::SpreadOver, SpreadLine).
 struct PassSpread {
@@ -374,6 +393,7 @@ struct Bf16Group {
   void SpreadOver(int passes, int64_t nb) {
     spread = PassSpread{0, passes, nb, SpreadAheadBytes(nb * kBlockBytes, kAheadBytes)};
   }
+  KIMI_ALWAYS_INLINE void PrefetchPage(int64_t b) const { PrefetchPageAhead<kBlockBytes>(g, b); }
   KIMI_ALWAYS_INLINE void PrefetchBlock(int64_t b) const {
     if (!prefetch) return;
 #pragma GCC unroll 8
@@ -416,6 +436,9 @@ struct Mxfp4Group {
   // bf16 groups alone (the same alternation): a strip's decode leaves less memory time to hide.
   static constexpr bool kSpreadsPrefetch = false;
   bool prefetch = true;
+  KIMI_ALWAYS_INLINE void PrefetchPage(int64_t b) const {  // the codes (the scales are 1/16)
+    PrefetchPageAhead<16 * kPackRows>(codes, b);
+  }
   static int64_t RowBytes(int64_t nb) { return nb * 17; }  // 16 code bytes and a scale per block
   KIMI_ALWAYS_INLINE void Prefetch(int64_t b) const {
     if (!prefetch) return;
@@ -433,7 +456,8 @@ struct Mxfp4Group {
 
 // acc[i][j] += x row i against group row j0 + j over blocks [b0, b1), i < MR, j < NR: each weight
 // decoded once for all MR rows.
-// Each block prefetches G::kAheadBytes ahead in g, or with kLater block b + shift of `later`.
+// Each block prefetches G::kAheadBytes ahead in g, or with kLater block b + shift of `later`, and
+// each page of g's stream the page kPageAheadBytes on (PrefetchPageAhead).
 template <int MR, int NR, bool kLater = false, class G>
 KIMI_ALWAYS_INLINE void GroupBlocks(const G& g, const float* xp, int64_t kp, int64_t b0, int64_t b1,
                                     int j0, __m512 (&acc)[MR][NR], const G* later = nullptr,
@@ -450,6 +474,7 @@ KIMI_ALWAYS_INLINE void GroupBlocks(const G& g, const float* xp, int64_t kp, int
     } else {
       g.Prefetch(b);
     }
+    g.PrefetchPage(b);
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
       __m512 we, wo;
@@ -890,6 +915,7 @@ KIMI_ALWAYS_INLINE void GroupDotsBlocks(const G& g, const uint16_t* xb, int64_t 
     } else {
       g.Prefetch(b);
     }
+    g.PrefetchPage(b);
 #pragma GCC unroll 8
     for (int j = 0; j < kPackRows; ++j) {
       const __m512i w = g.LoadBf16(b, j);
