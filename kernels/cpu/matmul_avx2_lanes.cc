@@ -130,6 +130,15 @@ inline void LaneTile(const C c, int64_t nb, const float* xl, int64_t ldx, float*
     typename C::LaneRun runs[NG];
 #pragma GCC unroll 12
     for (int g = 0; g < NG; ++g) runs[g] = c.Run(g, lane);
+      // The same run one tile on: its page's address translation is then in the TLB before the
+      // tile reaches it (as the AVX-512 kernels' PrefetchPageAhead). On the Zen 5 host under
+      // KIMI_ISA=avx2 (a virtual machine, where a plain stream stalls on a page walk every 4 KiB),
+      // steps alternated every ten in one process: batch-1 kimi-linear-small 0.91, with the kPairs
+      // MXFP4 tile's touch (matmul_avx2.cc GroupTile) k3-mini 0.95, batch-8 kimi-linear-small 0.96.
+#pragma GCC unroll 12
+    for (int g = 0; g < NG; ++g) {
+      _mm_prefetch(reinterpret_cast<const char*>(runs[g].p + NG * c.group_stride), _MM_HINT_T0);
+    }
     const float* xj = xl + lane * nb * 2;
     for (int64_t b = 0; b < nb; ++b) {
 #pragma GCC unroll 12
