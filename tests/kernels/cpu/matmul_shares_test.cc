@@ -96,7 +96,6 @@ TEST(RunInShares, ThreadsStartOnTheFrontOfTheirOwnShare) {
   EXPECT_GE(clean, kRounds * 3 / 4);
 }
 
-// ProductSequence: each product's hint is the shares of the product that followed it last time.
 // The lines ahead of a group read in `passes` passes: each line once, in order, shared out evenly
 // over the block visits (never a visit with none while another takes two more), from a whole
 // number of groups on, the least that reaches the one-pass distance.
@@ -126,6 +125,7 @@ TEST(SpreadPrefetch, EveryLineAheadOnceAndEvenly) {
   }
 }
 
+// ProductSequence: each product's hint is the shares of the product that followed it last time.
 TEST(ProductSequence, HintsWhatFollowedLastTime) {
   using Range = ThreadPool::MemoryRange;
   matmul_internal::ProductSequence seq;
