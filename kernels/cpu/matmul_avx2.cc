@@ -428,9 +428,9 @@ inline void GroupTile(const Mxfp4PairsRows& w, const float* xp, float* y, int64_
   alignas(32) float hi[kPackRows][8] = {};
   for (int64_t b0 = 0; b0 < full; b0 += kSegment) {
     const int64_t b1 = b0 + kSegment < full ? b0 + kSegment : full;
-    // A line of the page 64 KiB on, for its address translation (see LaneTile in
+    // A line of the page kPageAheadBytes on, for its address translation (see TouchNextTile in
     // matmul_avx2_lanes.cc).
-    _mm_prefetch(reinterpret_cast<const char*>(w.codes + b0 * 16 * kPackRows) + (64 << 10),
+    _mm_prefetch(reinterpret_cast<const char*>(w.codes + b0 * 16 * kPackRows) + kPageAheadBytes,
                  _MM_HINT_T0);
     PairSegment(w, xp, b0, b1, 0, lo, hi);
     PairSegment(w, xp, b0, b1, 1, lo, hi);

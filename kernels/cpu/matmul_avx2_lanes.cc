@@ -115,6 +115,22 @@ KIMI_ALWAYS_INLINE void SumLanes(const float (&sums)[16][MR][NG][G], float* y, i
   }
 }
 
+// One line of lane `lane`'s run of each of the NG groups one tile on: that page's address
+// translation is then in the TLB before the tile reaches it (as the AVX-512 kernels'
+// PrefetchPageAhead). On the Zen 5 host under KIMI_ISA=avx2 (a virtual machine, where a plain
+// stream stalls on a page walk every 4 KiB), steps alternated every ten in one process: LaneTile's
+// batch-1 kimi-linear-small 0.91, with the kPairs MXFP4 tile's touch (matmul_avx2.cc GroupTile)
+// k3-mini 0.95, batch-8 kimi-linear-small 0.96; TwoRowTile's then batch-8 / 32 kimi-linear-small
+// 0.96 / 0.98, batch-8 k3-mini 1.00.
+template <int NG, class C>
+KIMI_ALWAYS_INLINE void TouchNextTile(const C& c, int64_t lane) {
+#pragma GCC unroll 12
+  for (int g = 0; g < NG; ++g) {
+    _mm_prefetch(reinterpret_cast<const char*>(c.Run(g, lane).p + NG * c.group_stride),
+                 _MM_HINT_T0);
+  }
+}
+
 // y[i, 8g + j] for i < MR, g < NG, j < 8. xl: x rows in lane-major order (row stride ldx): lane
 // J's elements of block b at (J * nb + b) * 2 (even) and + 1 (odd).
 template <int MR, int NG, class C>
@@ -130,15 +146,7 @@ inline void LaneTile(const C c, int64_t nb, const float* xl, int64_t ldx, float*
     typename C::LaneRun runs[NG];
 #pragma GCC unroll 12
     for (int g = 0; g < NG; ++g) runs[g] = c.Run(g, lane);
-      // The same run one tile on: its page's address translation is then in the TLB before the
-      // tile reaches it (as the AVX-512 kernels' PrefetchPageAhead). On the Zen 5 host under
-      // KIMI_ISA=avx2 (a virtual machine, where a plain stream stalls on a page walk every 4 KiB),
-      // steps alternated every ten in one process: batch-1 kimi-linear-small 0.91, with the kPairs
-      // MXFP4 tile's touch (matmul_avx2.cc GroupTile) k3-mini 0.95, batch-8 kimi-linear-small 0.96.
-#pragma GCC unroll 12
-    for (int g = 0; g < NG; ++g) {
-      _mm_prefetch(reinterpret_cast<const char*>(runs[g].p + NG * c.group_stride), _MM_HINT_T0);
-    }
+    TouchNextTile<NG>(c, lane);
     const float* xj = xl + lane * nb * 2;
     for (int64_t b = 0; b < nb; ++b) {
 #pragma GCC unroll 12
@@ -207,12 +215,7 @@ inline void TwoRowTile(const Bf16Cursor c, int64_t nb, const float* xl, int64_t 
   const int64_t group_bytes = c.group_stride * 2;
   const int64_t ldx_bytes = ldx * 4;
   for (int64_t lane = 0; lane < 16; ++lane) {
-    // Each run's page one tile on, as LaneTile (under KIMI_ISA=avx2 on the Zen 5 host, steps
-    // alternated: batch-8 / 32 kimi-linear-small 0.96 / 0.98, batch-8 k3-mini 1.00).
-    for (int g = 0; g < NG; ++g) {
-      _mm_prefetch(reinterpret_cast<const char*>(c.Run(g, lane).p + NG * c.group_stride),
-                   _MM_HINT_T0);
-    }
+    TouchNextTile<NG>(c, lane);
     for (int64_t i = 0; i < rows; i += 2) {
       const uint16_t* run0 = c.Run(0, lane).p;  // groups 0-2: run0 + {0, 1, 2} * group_bytes
       // groups 3-4: run3 + {0, 1} * group_bytes

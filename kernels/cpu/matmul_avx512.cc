@@ -350,7 +350,6 @@ constexpr int64_t kOneRowAhead = 8192;
 // in one process (median of 6-8 per-pair ratios): kimi-linear-small batch 1 0.79-0.92, batch 8
 // 0.83-0.98, batch 32 0.92, batch 64 0.93; k3-mini batch 1 0.85-0.91, batch 8 / 32 / 64 0.99 /
 // 1.01 / 0.98 (its MXFP4 experts are decode-bound there).
-constexpr int64_t kPageAheadBytes = 64 << 10;
 template <int64_t kBlockBytes>
 KIMI_ALWAYS_INLINE void PrefetchPageAhead(const void* block0, int64_t b) {
   constexpr int64_t kBlocksPerPage = 4096 / kBlockBytes;

@@ -76,6 +76,11 @@ int64_t ShareBegin(int64_t units, int64_t t, int64_t shares, int64_t tile);
 void RunInShares(ThreadPool& pool, int64_t units, int64_t grain, int64_t tile,
                  const std::function<void(int64_t, int64_t)>& run);
 
+// How far ahead of a stream of weights the kernels touch one line of each 4 KiB page, so that its
+// address translation is in the TLB before the stream gets there (matmul_avx512.cc,
+// PrefetchPageAhead, has the measurements; the AVX2 kPairs tile takes the same distance).
+inline constexpr int64_t kPageAheadBytes = 64 << 10;
+
 // Prefetches spread over the passes of a packed group (AVX-512 Bf16Group::SpreadOver): a group of
 // nb blocks of block_lines cache lines, read in `passes` passes (strips of x rows), prefetches the
 // lines of a stretch as long as the group, SpreadAheadBytes from its start, block visit v = pass *

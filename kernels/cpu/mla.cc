@@ -365,11 +365,11 @@ void MlaLatentAttention(float* out_lat, const float* qa, int64_t T, int64_t firs
     // Prefill: the rows shared out. Under the causal mask row r sees first_pos + r / heads + 1
     // keys, so equal row counts are unequal work (two halves of a fresh prompt: 1 : 3, the
     // caller waiting on the heavier half); the rows are cut where their keys add up to equal
-    // parts, two per thread, handed out as threads free up. Each part reads the keys its last row
-    // sees, so more parts read the cache more often. One fresh prompt's attention on 2 threads (a
-    // probe, builds alternated): 4096 tokens at kimi-linear-small's 8 heads x 256 + 64 657-692 ->
-    // 424-434 ms; 512 tokens 9.2-9.4 -> 6.7-6.9 ms, at k3-mini's 4 x 128 + 64 2.8-3.8 -> 2.0-2.1
-    // ms.
+    // parts, one or two per thread (at least four tiles a part), handed out as threads free up.
+    // Each part reads the keys its last row sees, so more parts read the cache more often. One
+    // fresh prompt's attention on 2 threads (a probe, builds alternated): 4096 tokens at
+    // kimi-linear-small's 8 heads x 256 + 64 657-692 -> 424-434 ms; 512 tokens 9.2-9.4 -> 6.7-6.9
+    // ms, at k3-mini's 4 x 128 + 64 2.8-3.8 -> 2.0-2.1 ms.
     const std::vector<int64_t> bound = EqualWorkParts(
         rows, std::clamp<int64_t>(tiles / 4, threads, 2 * threads), heads, first_pos);
     ThreadPool::Global().ParallelForChunks(

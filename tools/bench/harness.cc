@@ -142,7 +142,7 @@ double WaitForIdle(double max_s) {
 namespace {
 
 // The reads touch one line of each 4 KiB page 64 KiB ahead, as the matmul kernels do
-// (kernels/cpu/matmul_avx512.cc, kPageAheadBytes), so that the baseline is the best streaming read
+// (kPageAheadBytes, kernels/cpu/matmul_impl.h), so that the baseline is the best streaming read
 // we know and the kernels are not measured against a weaker one. On the Zen 5 host (a virtual
 // machine) a plain read stalled on a page walk every 4 KiB: over 1 GiB on huge pages, 1 thread
 // 18-31 GB/s plain against 37-40 with the touch, 2 threads 26-29 against 42.
