@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/lanes.h"
 #include "kernels/cpu/matmul_impl.h"
+#include <cpuid.h>
 #include <immintrin.h>
 
 namespace kimi::cpu::matmul_internal {
@@ -48,6 +49,28 @@ struct ScaledE2m1Bf16 {
   }
 };
 const ScaledE2m1Bf16 kScaledE2m1Bf16;
+
+// Whether the spread prefetches (Bf16Group::SpreadOver) fill L2 (hint T1) instead of L1 (T0): on
+// AMD family 19h, which in this file (AVX-512) means Zen 4, T1 brings a line into L2 without
+// holding one of L1's few miss buffers for the whole trip to memory, so more of a group's next
+// lines are in flight while the strips compute. Steps alternated every ten in one process on a
+// 2-vCPU Zen 4 host (median of 8 per-pair ratios): kimi-linear-small batch 8 / 32 / 64 0.92 / 0.94
+// / 0.97 of the time, k3-mini 0.99-1.00 (its batched products are compute-bound there). On the Zen
+// 5 host (family 1Ah) the same hint was slower (kimi-linear-small batch 8 / 32 1.07 / 1.04x), and
+// no other machine has been measured: they keep T0. Only the spread changes: on Zen 4, T1 also for
+// MXFP4 groups' prefetches or GroupsOneRow's came out level (0.99-1.01), and for the one-pass
+// prefetches (one to three x rows) gave back part of the gain (batch-8 kimi-linear-small 0.94); the
+// spread twice as far ahead with T1 was level with once.
+bool SpreadPrefetchToL2() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &a, &b, &c, &d) == 0) return false;
+  const bool amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "AuthenticAMD"
+  if (!amd || __get_cpuid(1, &a, &b, &c, &d) == 0) return false;
+  const unsigned base = (a >> 8) & 0xfu;
+  const unsigned family = base == 0xfu ? base + ((a >> 20) & 0xffu) : base;
+  return family == 0x19u;
+}
+const bool kSpreadPrefetchToL2 = SpreadPrefetchToL2();
 
 // Per-thread scratch of at least `floats` floats (the bf16 path's decoded MXFP4 groups and
 // partial-group sums); made here, before the target pragma, so no std:: template is compiled for
@@ -364,6 +387,7 @@ struct PassSpread {
   int pass = 0, passes = 1;  // this pass (from 0) of passes
   int64_t nb = 0;            // blocks in a pass
   int64_t ahead = 0;         // bytes from this group's start to the lines spread over its passes
+  bool to_l2 = false;        // hint T1, not T0 (kSpreadPrefetchToL2)
 };
 
 struct Bf16Group {
@@ -381,16 +405,19 @@ struct Bf16Group {
   // the block it reads, only the first asked for new lines and the memory idled while the later
   // ones computed. Spread, the lines one group on (whole groups, at least kAheadBytes) are shared
   // out evenly over every block visit of every pass (SpreadLine), so the memory streams the next
-  // group all the while. 1024 x 1024 (kimi-linear-small's experts) at m = 4-8 on two threads,
-  // cold, a probe alternating the two: 0.85-0.95 of the time (a group ahead; a group and 2 or 8
-  // KiB, or fewer bytes than the group, were slower). Steps alternated every ten in one process
-  // (median of 6-8 per-pair ratios, three runs): kimi-linear-small batch 8 / 32 / 64 0.94-0.95 /
-  // 0.95-0.99 / 0.96-0.97, k3-mini 0.96-0.97 / 0.99 / 0.98-1.01. Only the fp32 path spreads: on
-  // the bf16 one (GroupRowsBf16) a pass of dot products is as short as its memory time, and spread
+  // group all the while. On the Zen 5 host: 1024 x 1024 (kimi-linear-small's experts) at m = 4-8
+  // on two threads, cold, a probe alternating the two: 0.85-0.95 of the time (a group ahead; a
+  // group and 2 or 8 KiB, or fewer bytes than the group, were slower). Steps alternated every ten
+  // in one process (median of 6-8 per-pair ratios, three runs): kimi-linear-small batch 8 / 32 / 64
+  // 0.94-0.95 / 0.95-0.99 / 0.96-0.97, k3-mini 0.96-0.97 / 0.99 / 0.98-1.01. On Zen 4 the spread
+  // lines go to L2 (kSpreadPrefetchToL2); there, not spreading cost kimi-linear-small batch
+  // 8 1.03x, k3-mini 1.05x (with T0 lines, before that change). Only the fp32 path spreads: on the
+  // bf16 one (GroupRowsBf16) a pass of dot products is as short as its memory time, and spread
   // there a batch-8 k3-mini step took 1.02-1.05x (its LM head at 8 rows read 42-47 GB/s, not
   // 54-61), kimi-linear-small batch 32 0.97-0.99x.
   void SpreadOver(int passes, int64_t nb) {
-    spread = PassSpread{0, passes, nb, SpreadAheadBytes(nb * kBlockBytes, kAheadBytes)};
+    spread = PassSpread{0, passes, nb, SpreadAheadBytes(nb * kBlockBytes, kAheadBytes),
+                        kSpreadPrefetchToL2};
   }
   KIMI_ALWAYS_INLINE void PrefetchPage(int64_t b) const { PrefetchPageAhead<kBlockBytes>(g, b); }
   KIMI_ALWAYS_INLINE void PrefetchBlock(int64_t b) const {
@@ -412,8 +439,15 @@ struct Bf16Group {
     }
     const int64_t visit = spread.pass * spread.nb + b;
     const int64_t end = SpreadLine(visit + 1, kPackRows, spread.passes);
+    const char* lines = base + spread.ahead;
+    if (spread.to_l2) {
+      for (int64_t l = SpreadLine(visit, kPackRows, spread.passes); l < end; ++l) {
+        _mm_prefetch(lines + l * 64, _MM_HINT_T1);
+      }
+      return;
+    }
     for (int64_t l = SpreadLine(visit, kPackRows, spread.passes); l < end; ++l) {
-      _mm_prefetch(base + spread.ahead + l * 64, _MM_HINT_T0);
+      _mm_prefetch(lines + l * 64, _MM_HINT_T0);
     }
   }
   KIMI_ALWAYS_INLINE void Load(int64_t b, int j, __m512& e, __m512& o) const {
