@@ -411,10 +411,11 @@ struct Bf16Group {
   // in one process (median of 6-8 per-pair ratios, three runs): kimi-linear-small batch 8 / 32 / 64
   // 0.94-0.95 / 0.95-0.99 / 0.96-0.97, k3-mini 0.96-0.97 / 0.99 / 0.98-1.01. On Zen 4 the spread
   // lines go to L2 (kSpreadPrefetchToL2); there, not spreading cost kimi-linear-small batch
-  // 8 1.03x, k3-mini 1.05x (with T0 lines, before that change). Only the fp32 path spreads: on the
-  // bf16 one (GroupRowsBf16) a pass of dot products is as short as its memory time, and spread
-  // there a batch-8 k3-mini step took 1.02-1.05x (its LM head at 8 rows read 42-47 GB/s, not
-  // 54-61), kimi-linear-small batch 32 0.97-0.99x.
+  // 8 1.03x, k3-mini 1.05x (with T0 lines, before that change). On Zen 5 only the fp32 path
+  // spreads: on the bf16 one (GroupRowsBf16) a pass of dot products is as short as its memory
+  // time, and spread there a batch-8 k3-mini step took 1.02-1.05x (its LM head at 8 rows read
+  // 42-47 GB/s, not 54-61), kimi-linear-small batch 32 0.97-0.99x; on Zen 4, with the lines in
+  // L2, the bf16 path spreads too (GroupStripsBf16).
   void SpreadOver(int passes, int64_t nb) {
     spread = PassSpread{0, passes, nb, SpreadAheadBytes(nb * kBlockBytes, kAheadBytes),
                         kSpreadPrefetchToL2};
@@ -993,15 +994,18 @@ KIMI_ALWAYS_INLINE void GroupsOneRowBf16(const G* g, const uint16_t* xb, int64_t
 
 // Every x row of the problem against one packed group, y[i, 0 .. kPackRows) at y + i * ldy:
 // strips of three x rows (24 accumulators) against the whole group, so the group streams from
-// memory once and stays in L1 for the other strips.
+// memory once and stays in L1 for the other strips. A group whose prefetches are spread over those
+// strips (Bf16Group::SpreadOver, GroupStripsBf16) moves on to the next pass after each.
+constexpr int StripsOfThree(int64_t m) { return static_cast<int>((m + 2) / 3); }
 template <class G>
-inline void GroupRowsBf16(const G& g, const Problem& p, int64_t nb, float* y, int64_t ldy) {
+inline void GroupRowsBf16(G g, const Problem& p, int64_t nb, float* y, int64_t ldy) {
   int64_t i = 0;
   for (; i + 3 <= p.m; i += 3) {
     __m512 acc[3][kPackRows];
     GroupDots<3>(g, p.xb + i * p.kp, p.kp, nb, acc);
     StoreGroupSums<2>(acc, y + i * ldy, ldy);
     StoreGroupSums<1>(acc + 2, y + (i + 2) * ldy, ldy);
+    if constexpr (G::kSpreadsPrefetch) ++g.spread.pass;
   }
   if (p.m - i == 2) {
     __m512 acc[2][kPackRows];
@@ -1016,7 +1020,12 @@ inline void GroupRowsBf16(const G& g, const Problem& p, int64_t nb, float* y, in
 
 // Packed bf16 W rows [n0, n1) against m bf16 x rows (StripsFit), group after group. TileBf16
 // read these shapes without a prefetch and four rows at a time: a batch-8 kimi-linear-small step
-// with bf16 activations was slower than with fp32 ones.
+// with bf16 activations was slower than with fp32 ones. Where the spread prefetches go to L2
+// (kSpreadPrefetchToL2: Zen 4), a group read in several strips spreads them as the fp32 path does;
+// steps alternated every ten in one process on a 2-vCPU Zen 4 host (median of 6 per-pair ratios):
+// kimi-linear-small batch 8 / 32 / 64 0.89 / 0.87 / 0.91 of the time, k3-mini 0.88 / 0.97 / 0.99
+// (spread with T0 lines there: 0.98 / 0.93 / -, 0.94 / - / 0.98). On Zen 5, with T0, spreading
+// here was slower (see Bf16Group::SpreadOver).
 inline void GroupStripsBf16(const Problem& p, int64_t n0, int64_t n1) {
   const int64_t nb = p.w->cols / 32;
   const auto* d = static_cast<const uint16_t*>(p.w->data);
@@ -1029,9 +1038,11 @@ inline void GroupStripsBf16(const Problem& p, int64_t n0, int64_t n1) {
       GroupsOneRowBf16(g, p.xb, nb, p.y + n);
     }
   }
+  const int passes = StripsOfThree(p.m);
   for (; n < n1; n += kPackRows) {
     Bf16Group g{d + n * nb * 32};
     g.prefetch = PrefetchGroup<Bf16Group>(p, n0, n);
+    if (kSpreadPrefetchToL2 && passes > 1) g.SpreadOver(passes, nb);
     GroupRowsBf16(g, p, nb, p.y + n, p.ldy);
   }
 }
