@@ -58,9 +58,11 @@ const ScaledE2m1Bf16 kScaledE2m1Bf16;
 // / 0.97 of the time, k3-mini 0.99-1.00 (its batched products are compute-bound there). On the Zen
 // 5 host (family 1Ah) the same hint was slower (kimi-linear-small batch 8 / 32 1.07 / 1.04x), and
 // no other machine has been measured: they keep T0. Only the spread changes: on Zen 4, T1 also for
-// MXFP4 groups' prefetches or GroupsOneRow's came out level (0.99-1.01), and for the one-pass
-// prefetches (one to three x rows) gave back part of the gain (batch-8 kimi-linear-small 0.94); the
-// spread twice as far ahead with T1 was level with once.
+// MXFP4 groups' prefetches, GroupsOneRow's or the prefill tiles' came out level (0.986-1.01), for
+// the one-pass prefetches (one to three x rows) gave back part of the gain (batch-8
+// kimi-linear-small 0.94), and one-row ranges prefetched whole with T1, instead of left to the
+// hardware prefetcher after their first 32 KiB, were 1.19-1.25x slower; the spread twice as far
+// ahead with T1 was level with once.
 bool SpreadPrefetchToL2() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (__get_cpuid(0, &a, &b, &c, &d) == 0) return false;
