@@ -2,6 +2,7 @@
 // KIMI_K3.md 5.2, 5.5).
 #include <algorithm>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "engine/expert_placement.h"
@@ -64,9 +65,9 @@ struct ExpertJob {
 
 // Runs the jobs: those larger than a thread's fair share (a shared expert beside decode-sized
 // routed ones) one at a time, each MatMul split over the threads; the others -- a decode step's
-// experts, too small to split well -- side by side, one thread each, longest first, when a
-// longest-first packing of them is balanced (else one at a time too). Each job's result is the
-// same whichever way it runs.
+// experts, too small to split well -- side by side, one thread each, from both ends of the
+// longest-first order, when a longest-first packing of them is balanced (else one at a time too).
+// Each job's result is the same whichever way it runs.
 void RunExpertJobs(const ModelConfig& c, std::vector<ExpertJob>& jobs) {
   const int threads = cpu::ThreadPool::Global().num_threads();
   double total = 0.0;
@@ -89,15 +90,30 @@ void RunExpertJobs(const ModelConfig& c, std::vector<ExpertJob>& jobs) {
   }
   const double worst = *std::max_element(load.begin(), load.end());
   if (small.size() > 1 && worst <= 1.25 * small_total / threads) {
-    // Longest first, each job to the next free thread: the packing above only decides whether
-    // side by side pays; handing jobs out as threads free up absorbs cost estimates that are off
-    // (MXFP4 decode, cache misses) and a descheduled thread on a shared host.
-    cpu::ThreadPool::Global().ParallelForChunks(static_cast<int64_t>(small.size()), 1,
-                                                [&](int64_t begin, int64_t end) {
-                                                  for (int64_t s = begin; s < end; ++s) {
-                                                    jobs[small[s]].Run(c);
-                                                  }
-                                                });
+    // Each job to the next free thread: the packing above only decides whether side by side pays;
+    // handing jobs out as threads free up absorbs cost estimates that are off (MXFP4 decode, cache
+    // misses) and a descheduled thread on a shared host. Even threads take the longest job left,
+    // odd ones the shortest, so an expert of many tokens (compute-bound) runs beside one of a token
+    // or two (streaming its weights) rather than beside its like. Against longest first for all,
+    // steps alternated every ten in one process on a 2-vCPU Zen 4 host (median of 8-10 per-pair
+    // ratios): kimi-linear-small batch 8 0.99 / 0.99 of the time, batch 32 0.97 / 0.98 /
+    // 0.99 (0.99 with bf16 activations), batch 64 1.00; k3-mini batch 1 / 8 / 32 / 64 1.00 / 1.00 /
+    // 1.01 / 1.00, kimi-linear-small batch 1 1.01.
+    std::mutex mu;
+    size_t front = 0, back = small.size();  // jobs small[front .. back) are left
+    cpu::ThreadPool::Global().ParallelFor(threads, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        for (;;) {
+          size_t next;
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            if (front == back) break;
+            next = t % 2 == 0 ? front++ : --back;
+          }
+          jobs[small[next]].Run(c);
+        }
+      }
+    });
     return;
   }
   for (int i : small) jobs[i].Run(c);
