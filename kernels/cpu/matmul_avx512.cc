@@ -389,7 +389,6 @@ struct PassSpread {
   int pass = 0, passes = 1;  // this pass (from 0) of passes
   int64_t nb = 0;            // blocks in a pass
   int64_t ahead = 0;         // bytes from this group's start to the lines spread over its passes
-  bool to_l2 = false;        // hint T1, not T0 (kSpreadPrefetchToL2)
 };
 
 struct Bf16Group {
@@ -419,8 +418,7 @@ struct Bf16Group {
   // 42-47 GB/s, not 54-61), kimi-linear-small batch 32 0.97-0.99x; on Zen 4, with the lines in
   // L2, the bf16 path spreads too (GroupStripsBf16).
   void SpreadOver(int passes, int64_t nb) {
-    spread = PassSpread{0, passes, nb, SpreadAheadBytes(nb * kBlockBytes, kAheadBytes),
-                        kSpreadPrefetchToL2};
+    spread = PassSpread{0, passes, nb, SpreadAheadBytes(nb * kBlockBytes, kAheadBytes)};
   }
   KIMI_ALWAYS_INLINE void PrefetchPage(int64_t b) const { PrefetchPageAhead<kBlockBytes>(g, b); }
   KIMI_ALWAYS_INLINE void PrefetchBlock(int64_t b) const {
@@ -442,15 +440,13 @@ struct Bf16Group {
     }
     const int64_t visit = spread.pass * spread.nb + b;
     const int64_t end = SpreadLine(visit + 1, kPackRows, spread.passes);
-    const char* lines = base + spread.ahead;
-    if (spread.to_l2) {
-      for (int64_t l = SpreadLine(visit, kPackRows, spread.passes); l < end; ++l) {
-        _mm_prefetch(lines + l * 64, _MM_HINT_T1);
-      }
-      return;
-    }
     for (int64_t l = SpreadLine(visit, kPackRows, spread.passes); l < end; ++l) {
-      _mm_prefetch(lines + l * 64, _MM_HINT_T0);
+      const char* line = base + spread.ahead + l * 64;
+      if (kSpreadPrefetchToL2) {
+        _mm_prefetch(line, _MM_HINT_T1);
+      } else {
+        _mm_prefetch(line, _MM_HINT_T0);
+      }
     }
   }
   KIMI_ALWAYS_INLINE void Load(int64_t b, int j, __m512& e, __m512& o) const {
