@@ -50,20 +50,26 @@ struct ScaledE2m1Bf16 {
 };
 const ScaledE2m1Bf16 kScaledE2m1Bf16;
 
-// Whether the spread prefetches (Bf16Group::SpreadOver) fill L2 (hint T1) instead of L1 (T0): on
-// AMD family 19h, which in this file (AVX-512) means Zen 4, T1 brings a line into L2 without
-// holding one of L1's few miss buffers for the whole trip to memory, so more of a group's next
-// lines are in flight while the strips compute. Steps alternated every ten in one process on a
-// 2-vCPU Zen 4 host (median of 8 per-pair ratios): kimi-linear-small batch 8 / 32 / 64 0.92 / 0.94
-// / 0.97 of the time, k3-mini 0.99-1.00 (its batched products are compute-bound there). On the Zen
-// 5 host (family 1Ah) the same hint was slower (kimi-linear-small batch 8 / 32 1.07 / 1.04x), and
-// no other machine has been measured: they keep T0. Only the spread changes: on Zen 4, T1 also for
-// MXFP4 groups' prefetches, GroupsOneRow's or the prefill tiles' came out level (0.986-1.01), for
-// the one-pass prefetches (one to three x rows) gave back part of the gain (batch-8
-// kimi-linear-small 0.94), and one-row ranges prefetched whole with T1, instead of left to the
-// hardware prefetcher after their first 32 KiB, were 1.19-1.25x slower; the spread twice as far
-// ahead with T1 was level with once.
-bool SpreadPrefetchToL2() {
+// Whether Bf16Group's prefetches ahead fill L2 (hint T1) instead of L1 (T0) when a group is read by
+// more than one x row (Bf16Group::to_l2): on AMD family 19h, which in this file (AVX-512) means Zen
+// 4, T1 brings a line into L2 without holding one of L1's few miss buffers for the whole trip to
+// memory, so more of a group's next lines are in flight while the strips compute. Steps alternated
+// every ten in one process on a 2-vCPU Zen 4 host (median of 8 per-pair ratios): the spread lines
+// (SpreadOver), kimi-linear-small batch 8 / 32 / 64 0.92 / 0.94 / 0.97 of the time, k3-mini
+// 0.99-1.00 (its batched products are compute-bound there); then the one-pass lines of strips of
+// two or three x rows too (experts hit by two or three tokens: 1024 x 1024 at three rows took 1.78x
+// the time of one row before, 1.03x after, each against one row in its own --matmul_profile run; an
+// earlier try with T1 for every one-pass group, one row included, had measured 0.94 against the
+// spread's 0.92), kimi-linear-small batch 8 0.97-1.00 (median 0.99 over 6 runs; the gain comes and
+// goes with the host's memory phase), batch 32 0.99, with bf16 activations batch 8 0.98-1.02
+// (median 0.99 over 4), batch 32 0.98. At one x row (a range's first 32 KiB) T1 was not faster:
+// kimi-linear-small batch 1 1.03x, k3-mini 0.99-1.00; those keep T0. On the Zen 5 host (family 1Ah)
+// the hint was slower for the spread (kimi-linear-small batch 8 / 32 1.07 / 1.04x), and no other
+// machine has been measured: they keep T0. On Zen 4, T1 also for MXFP4 groups' prefetches,
+// GroupsOneRow's or the prefill tiles' came out level (0.986-1.01), one-row ranges prefetched whole
+// with T1, instead of left to the hardware prefetcher after their first 32 KiB, were 1.19-1.25x
+// slower, and the spread twice as far ahead with T1 was level with once.
+bool PrefetchAheadToL2() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (__get_cpuid(0, &a, &b, &c, &d) == 0) return false;
   const bool amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "AuthenticAMD"
@@ -72,7 +78,7 @@ bool SpreadPrefetchToL2() {
   const unsigned family = base == 0xfu ? base + ((a >> 20) & 0xffu) : base;
   return family == 0x19u;
 }
-const bool kSpreadPrefetchToL2 = SpreadPrefetchToL2();
+const bool kPrefetchAheadToL2 = PrefetchAheadToL2();
 
 // Per-thread scratch of at least `floats` floats (the bf16 path's decoded MXFP4 groups and
 // partial-group sums); made here, before the target pragma, so no std:: template is compiled for
@@ -399,8 +405,11 @@ struct Bf16Group {
   static constexpr bool kSpreadsPrefetch = true;        // see SpreadOver
   const uint16_t* g;                                    // the group's block 0
   bool prefetch = true;  // software prefetches on (GroupStrips turns them off, see there)
+  bool to_l2 = false;    // prefetches fill L2, not L1 (ToL2, kPrefetchAheadToL2)
   PassSpread spread{};
   static int64_t RowBytes(int64_t nb) { return nb * 64; }
+  // For a read by m x rows: to L2 where kPrefetchAheadToL2 holds and m > 1 (see there).
+  void ToL2(int64_t m) { to_l2 = kPrefetchAheadToL2 && m > 1; }
   // Read in `passes` passes of nb blocks (GroupStrips' strips of x rows: the first pass takes the
   // group from memory, the later ones find it in L1). With each pass prefetching kAheadBytes past
   // the block it reads, only the first asked for new lines and the memory idled while the later
@@ -411,7 +420,7 @@ struct Bf16Group {
   // group and 2 or 8 KiB, or fewer bytes than the group, were slower). Steps alternated every ten
   // in one process (median of 6-8 per-pair ratios, three runs): kimi-linear-small batch 8 / 32 / 64
   // 0.94-0.95 / 0.95-0.99 / 0.96-0.97, k3-mini 0.96-0.97 / 0.99 / 0.98-1.01. On Zen 4 the spread
-  // lines go to L2 (kSpreadPrefetchToL2); there, not spreading cost kimi-linear-small batch
+  // lines go to L2 (kPrefetchAheadToL2); there, not spreading cost kimi-linear-small batch
   // 8 1.03x, k3-mini 1.05x (with T0 lines, before that change). On Zen 5 only the fp32 path
   // spreads: on the bf16 one (GroupRowsBf16) a pass of dot products is as short as its memory
   // time, and spread there a batch-8 k3-mini step took 1.02-1.05x (its LM head at 8 rows read
@@ -428,25 +437,28 @@ struct Bf16Group {
       _mm_prefetch(reinterpret_cast<const char*>(g + (b * kPackRows + j) * 32), _MM_HINT_T0);
     }
   }
+  // The lines kAheadBytes past block b (one pass), or block visit b's share of the spread lines.
   KIMI_ALWAYS_INLINE void Prefetch(int64_t b) const {
     if (!prefetch) return;
     const char* base = reinterpret_cast<const char*>(g);
     if (spread.passes == 1) {
 #pragma GCC unroll 8
       for (int j = 0; j < kPackRows; ++j) {
-        _mm_prefetch(base + (b * kPackRows + j) * 64 + kAheadBytes, _MM_HINT_T0);
+        PrefetchAhead(base + (b * kPackRows + j) * 64 + kAheadBytes);
       }
       return;
     }
     const int64_t visit = spread.pass * spread.nb + b;
     const int64_t end = SpreadLine(visit + 1, kPackRows, spread.passes);
     for (int64_t l = SpreadLine(visit, kPackRows, spread.passes); l < end; ++l) {
-      const char* line = base + spread.ahead + l * 64;
-      if (kSpreadPrefetchToL2) {
-        _mm_prefetch(line, _MM_HINT_T1);
-      } else {
-        _mm_prefetch(line, _MM_HINT_T0);
-      }
+      PrefetchAhead(base + spread.ahead + l * 64);
+    }
+  }
+  KIMI_ALWAYS_INLINE void PrefetchAhead(const char* line) const {
+    if (to_l2) {
+      _mm_prefetch(line, _MM_HINT_T1);
+    } else {
+      _mm_prefetch(line, _MM_HINT_T0);
     }
   }
   KIMI_ALWAYS_INLINE void Load(int64_t b, int j, __m512& e, __m512& o) const {
@@ -673,6 +685,7 @@ inline void GroupStrips(const MakeGroup& make, const Problem& p, int64_t n0, int
     G g = make(n);
     g.prefetch = PrefetchGroup<G>(p, n0, n);
     if constexpr (G::kSpreadsPrefetch) {
+      g.ToL2(p.m);
       if (passes > 1) g.SpreadOver(passes, nb);
     }
     // Inlined, as the loops it stands for were (GCC otherwise kept the one-row MXFP4 strip, batch
@@ -1019,7 +1032,7 @@ inline void GroupRowsBf16(G g, const Problem& p, int64_t nb, float* y, int64_t l
 // Packed bf16 W rows [n0, n1) against m bf16 x rows (StripsFit), group after group. TileBf16
 // read these shapes without a prefetch and four rows at a time: a batch-8 kimi-linear-small step
 // with bf16 activations was slower than with fp32 ones. Where the spread prefetches go to L2
-// (kSpreadPrefetchToL2: Zen 4), a group read in several strips spreads them as the fp32 path does;
+// (kPrefetchAheadToL2: Zen 4), a group read in several strips spreads them as the fp32 path does;
 // steps alternated every ten in one process on a 2-vCPU Zen 4 host (median of 6 per-pair ratios):
 // kimi-linear-small batch 8 / 32 / 64 0.89 / 0.87 / 0.91 of the time, k3-mini 0.88 / 0.97 / 0.99
 // (spread with T0 lines there: 0.98 / 0.93 / -, 0.94 / - / 0.98). On Zen 5, with T0, spreading
@@ -1040,7 +1053,8 @@ inline void GroupStripsBf16(const Problem& p, int64_t n0, int64_t n1) {
   for (; n < n1; n += kPackRows) {
     Bf16Group g{d + n * nb * 32};
     g.prefetch = PrefetchGroup<Bf16Group>(p, n0, n);
-    if (kSpreadPrefetchToL2 && passes > 1) g.SpreadOver(passes, nb);
+    g.ToL2(p.m);
+    if (kPrefetchAheadToL2 && passes > 1) g.SpreadOver(passes, nb);
     GroupRowsBf16(g, p, nb, p.y + n, p.ldy);
   }
 }
