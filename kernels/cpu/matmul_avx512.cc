@@ -454,6 +454,7 @@ struct Bf16Group {
       PrefetchAhead(base + spread.ahead + l * 64);
     }
   }
+  // One line of the stream ahead, into L2 or L1 (to_l2).
   KIMI_ALWAYS_INLINE void PrefetchAhead(const char* line) const {
     if (to_l2) {
       _mm_prefetch(line, _MM_HINT_T1);
