@@ -1055,7 +1055,7 @@ inline void GroupStripsBf16(const Problem& p, int64_t n0, int64_t n1) {
     Bf16Group g{d + n * nb * 32};
     g.prefetch = PrefetchGroup<Bf16Group>(p, n0, n);
     g.ToL2(p.m);
-    if (kPrefetchAheadToL2 && passes > 1) g.SpreadOver(passes, nb);
+    if (g.to_l2 && passes > 1) g.SpreadOver(passes, nb);  // spread only with the lines in L2
     GroupRowsBf16(g, p, nb, p.y + n, p.ldy);
   }
 }
