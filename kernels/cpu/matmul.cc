@@ -317,24 +317,47 @@ void RunMatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_
     (Bf16Path(bf16_mode, *t.w) ? need_bf16 : need_f32) = true;
   }
 
-  // x in the canonical layout (fp32) and/or rounded to bf16 in natural order; per thread, so
-  // MatMuls nested in other kernels' workers are safe. Split over the threads from 16 rows of 512
-  // (32 KiB of fp32) a part: x was mostly written by the other threads a moment ago, so a row took
-  // ~200 ns, and with the old minimum of 256 KiB a part the caller permuted a batch-64 step's
-  // rows alone (2% of its time, the workers idle). Steps alternated in one process (eight pairs of
-  // ten steps a run; parts of at least 16 or 32 rows): k3-mini batch 64 0.954-0.992 in eight runs
-  // (a null arm 0.989-1.017 in four), batch 32 0.981-0.997 at 16 rows (null 0.983-1.011).
+  // x in the canonical layout (fp32) and/or rounded to bf16 in natural order, in thread-local
+  // buffers (so MatMuls nested in other kernels' workers are safe), converted one of two ways:
+  //
+  // - Up to kMaxPrivateXFloats, every thread that runs a range converts all of x into its own
+  //   buffer, once per call (x_serial). With one shared copy, written by the caller and read by
+  //   every thread, the caller's next write of it had to take each line back from the other
+  //   cores' caches; on the 2-vCPU Zen 4 host that cost 1.7 us per 16 KiB, and 6 us in the
+  //   host's phases of slow cross-core traffic (which come and go within minutes), about 10 us a
+  //   product in a hot loop then (bf16 512 x 512 at 8 rows: 23 against 34 us; at 32 rows 84
+  //   against 100). Steps alternated every ten in one process (median of 4-8 per-pair ratios),
+  //   shared against private: k3-mini batch 8 0.996-1.023 (median 1.007 of ten runs), batch 32
+  //   1.001-1.025 (1.009 of nine), batch 1 0.990-1.026 (1.003 of five), batch 64 1.007;
+  //   kimi-linear-small batch 1 / 8 / 32 1.009 / 0.996-1.008 / 1.001.
+  // - Larger x (prefill) is converted once, split over the threads from 16 rows of 512 (32 KiB of
+  //   fp32) a part: x was mostly written by the other threads a moment ago, so a row took ~200 ns,
+  //   and with the old minimum of 256 KiB a part the caller converted a batch-64 step's rows alone
+  //   (2% of its time, the workers idle).
+  constexpr int64_t kMaxPrivateXFloats = 64 << 10;
   constexpr int64_t kMinPermuteFloats = 8192;
+  static std::atomic<uint64_t> calls{0};
+  const uint64_t serial = ++calls;
   thread_local std::vector<float> xp_buffer;
   thread_local std::vector<uint16_t> xb_buffer;
-  float* xp = need_f32 ? CacheLineAligned(xp_buffer, m * kp) : nullptr;
-  uint16_t* xb = need_bf16 ? CacheLineAligned(xb_buffer, m * kp) : nullptr;
-  ParallelFor(m, std::max<int64_t>(1, kMinPermuteFloats / kp), [&](int64_t begin, int64_t end) {
+  thread_local uint64_t converted_serial = 0;  // the call whose x this thread's buffers hold
+  const bool private_x = m * kp <= kMaxPrivateXFloats;
+  // Rows [begin, end) of x into xp / xb (the calling thread's buffers or the caller's).
+  const auto convert = [&](float* xp, uint16_t* xb, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       if (need_f32) matmul_internal::PermuteRow(xp + i * kp, x + i * ldx, k, kp);
       if (need_bf16) matmul_internal::RoundRowToBf16(xb + i * kp, x + i * ldx, k, kp);
     }
-  });
+  };
+  // The shared copy, when x is not private: the caller's buffers.
+  float* shared_xp = nullptr;
+  uint16_t* shared_xb = nullptr;
+  if (!private_x) {
+    shared_xp = need_f32 ? CacheLineAligned(xp_buffer, m * kp) : nullptr;
+    shared_xb = need_bf16 ? CacheLineAligned(xb_buffer, m * kp) : nullptr;
+    ParallelFor(m, std::max<int64_t>(1, kMinPermuteFloats / kp),
+                [&](int64_t begin, int64_t end) { convert(shared_xp, shared_xb, begin, end); });
+  }
 
   // Units of kRowUnit rows over all targets, in order; each range is a contiguous run of units,
   // so every weight byte is read by one thread. A part gets at least ~64 KiB of weights or
@@ -349,8 +372,6 @@ void RunMatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_
   }
   const int64_t units = first_unit[targets.size()];
   if (units == 0) return;
-  static std::atomic<uint64_t> calls{0};
-  const uint64_t serial = ++calls;
   const int64_t unit_bytes = std::max<int64_t>(1, bytes / units);
   const int64_t unit_flops = 2 * m * k * kRowUnit;
   const int64_t grain = std::max<int64_t>(
@@ -358,6 +379,18 @@ void RunMatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_
   const int64_t threads = ThreadPool::Global().num_threads();
   const int64_t tile = m == 1 ? kernels->tile_units_one : kernels->tile_units_many;
   const auto run_units = [&](int64_t begin, int64_t end) {
+    const float* xp = shared_xp;
+    const uint16_t* xb = shared_xb;
+    if (private_x) {
+      float* own_xp = need_f32 ? CacheLineAligned(xp_buffer, m * kp) : nullptr;
+      uint16_t* own_xb = need_bf16 ? CacheLineAligned(xb_buffer, m * kp) : nullptr;
+      if (converted_serial != serial) {
+        convert(own_xp, own_xb, 0, m);
+        converted_serial = serial;
+      }
+      xp = own_xp;
+      xb = own_xb;
+    }
     for (size_t j = 0; j < targets.size(); ++j) {
       const int64_t lo = std::max(begin, first_unit[j]), hi = std::min(end, first_unit[j + 1]);
       if (lo >= hi) continue;
