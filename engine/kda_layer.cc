@@ -39,61 +39,64 @@ absl::Status Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, c
     }
     MatMulMany(targets, x, d, T);
   }
+  // The products over every token first: the decay gate's second low-rank factor and (Kimi
+  // Linear) the output gate's.
+  MatMul(g.get(), low.get(), w.f_b, T);
+  if (!c.kda.full_rank_gate) MatMul(gate.get(), gate_low.get(), w.g_b, T);
+
   const auto qkv = Scratch(3 * T * P);  // after conv + SiLU
-  const float* conv_w[3] = {w.q_conv, w.k_conv, w.v_conv};
-  // Each (sequence, q / k / v) convolution is independent: spread over the threads (at batched
-  // decode, 3 per sequence of one token each; serial, they were about 6% of the calling thread's
-  // time in a batch-8 step on k3-mini).
-  ParallelFor(static_cast<int64_t>(layout.seqs.size()) * 3, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t item = begin; item < end; ++item) {
-      const SeqSpan& s = layout.seqs[item / 3];
-      const int64_t i = item % 3;
-      float* conv_state = pool.Conv(s.kda_slot, kda_index);  // [3, W-1, P]
-      CausalConv1dSilu(qkv.get() + i * T * P + s.offset * P, P,
-                       proj.get() + i * T * P + s.offset * P, P, s.count, P, conv_w[i], W,
-                       conv_state + i * (W - 1) * P);
-    }
-  });
   float* q = qkv.get();
   float* k = q + T * P;
   float* v = k + T * P;
-  L2Norm(q, T * H, K, 1e-6f);
-  L2Norm(k, T * H, K, 1e-6f);
-
-  // Decay gate (fp32) and beta.
-  MatMul(g.get(), low.get(), w.f_b, T);
-  KdaGate(g.get(), g.get(), T, H, K, w.a_log, w.dt_bias, c.kda.gate_lower_bound);
-  SigmoidInPlace(beta.get(), T * H);
-
   const auto o = Scratch(T * P);
+  const float* conv_w[3] = {w.q_conv, w.k_conv, w.v_conv};
   const float scale = 1.0f / std::sqrt(static_cast<float>(K));
-  const auto attend = [&](const SeqSpan& s) {
-    const KdaDims d{s.count, H, K, K};
-    const int64_t a = s.offset * P;
+  // Then everything else up to o_proj, one sequence at a time: the conv + SiLU of q, k and v, the
+  // L2 norms, the decay gate and beta, the recurrence (one token) or the chunked form on the
+  // absolute 64-token grid, and the output norm and gate. Each is a function of the sequence's own
+  // rows, so a sequence's result does not depend on how the sequences are spread.
+  const auto sequence = [&](const SeqSpan& s) {
+    const int64_t a = s.offset * P, n = s.count;
+    ParallelFor(3, 1, [&](int64_t begin, int64_t end) {
+      float* conv_state = pool.Conv(s.kda_slot, kda_index);  // [3, W-1, P]
+      for (int64_t i = begin; i < end; ++i) {
+        CausalConv1dSilu(qkv.get() + i * T * P + a, P, proj.get() + i * T * P + a, P, n, P,
+                         conv_w[i], W, conv_state + i * (W - 1) * P);
+      }
+    });
+    L2Norm(q + a, n * H, K, 1e-6f);
+    L2Norm(k + a, n * H, K, 1e-6f);
+    KdaGate(g.get() + a, g.get() + a, n, H, K, w.a_log, w.dt_bias, c.kda.gate_lower_bound);
+    SigmoidInPlace(beta.get() + s.offset * H, n * H);
+    const KdaDims d{n, H, K, K};
     float* state = pool.Recurrent(s.kda_slot, kda_index);
-    // One token: the recurrence. More: the chunked form on the absolute 64-token grid.
-    if (s.count == 1) {
+    if (n == 1) {
       KdaRecurrent(o.get() + a, q + a, k + a, v + a, g.get() + a, beta.get() + s.offset * H, state,
                    d, scale);
     } else {
       KdaChunk(o.get() + a, q + a, k + a, v + a, g.get() + a, beta.get() + s.offset * H, state, d,
                scale, s.pos0);
     }
+    RmsNorm(o.get() + a, o.get() + a, w.o_norm, n * H, K, c.rms_eps);
+    MulSigmoid(o.get() + a, gate.get() + a, n * P);
   };
-  // Many short sequences (batched decode): one sequence per thread at a time; otherwise each
-  // sequence's heads are split over the threads. A sequence's result is the same either way.
-  if (ManyShortSequences(layout)) {
-    ParallelFor(static_cast<int64_t>(layout.seqs.size()), 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) attend(layout.seqs[i]);
-    });
-  } else {
-    for (const SeqSpan& s : layout.seqs) attend(s);
+  // Short sequences (batched decode), when there are several, side by side: one per thread at a
+  // time, its rows staying on that thread (as separate steps over every token, the conv, the gate,
+  // the recurrence and the output norm moved each row between the cores: batch-8 / 32 k3-mini
+  // steps took 1.02 / 1.025 times as long, kimi-linear-small ones level). The others (prefill) one
+  // after another, each kernel split over the threads. A sequence's result is the same either way.
+  std::vector<const SeqSpan*> side_by_side, one_by_one;
+  for (const SeqSpan& s : layout.seqs) {
+    (s.count <= kShortSequenceTokens ? side_by_side : one_by_one).push_back(&s);
   }
-
-  // Output gate: low rank (Kimi Linear) or full rank (K3).
-  if (!c.kda.full_rank_gate) MatMul(gate.get(), gate_low.get(), w.g_b, T);
-  RmsNorm(o.get(), o.get(), w.o_norm, T * H, K, c.rms_eps);
-  MulSigmoid(o.get(), gate.get(), T * P);
+  if (side_by_side.size() < kMinSideBySide) {
+    one_by_one.insert(one_by_one.end(), side_by_side.begin(), side_by_side.end());
+    side_by_side.clear();
+  }
+  ParallelFor(static_cast<int64_t>(side_by_side.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) sequence(*side_by_side[i]);
+  });
+  for (const SeqSpan* s : one_by_one) sequence(*s);
   MatMul(out, o.get(), w.o_proj, T);
   return split.heads ? split.Reduce(out, T * c.hidden) : absl::OkStatus();
 }
