@@ -42,23 +42,25 @@ namespace {
 // One unit of MoE work: an expert (or the shared experts) over its tokens.
 struct ExpertJob {
   const MlpWeights* w;
-  float* in;   // [n, width] the expert's rows, gathered by Run; null when gate / up below are
-               // already computed
+  float* in;   // [n, width] the expert's rows, gathered by Run from src (with `rows`)
   float* out;  // [n, out width]
   int64_t n;
   double cost;
-  float* gate = nullptr;  // [n, w->gate.rows] each, with in == nullptr
+  float* gate = nullptr;  // [n, w->gate.rows] each, when gate / up are already computed
   const float* up = nullptr;
   // Row i of `in` is row rows[i] of `src` (width wide): the gather runs in the job, on its thread.
+  // Without `rows`, src's first n rows are the job's rows as they are.
   const float* src = nullptr;
   const int64_t* rows = nullptr;
   int64_t width = 0;
   void Run(const ModelConfig& c) const {
-    if (in) {
+    if (gate) {
+      GatedMlpDown(c, *w, gate, up, out, n);
+    } else if (rows) {
       for (int64_t i = 0; i < n; ++i) std::copy_n(src + rows[i] * width, width, in + i * width);
       GatedMlp(c, *w, in, out, n);
     } else {
-      GatedMlpDown(c, *w, gate, up, out, n);
+      GatedMlp(c, *w, src, out, n);
     }
   }
 };
@@ -145,9 +147,19 @@ absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, floa
   const MoeConfig& m = c.moe;
   const int64_t T = rows, E = m.num_experts, k = m.top_k, D = c.ExpertDim(), d = c.hidden;
 
-  // Every product of x in one pass (fewer, larger parallel sections; at batch 1 each of these
-  // is a few microseconds of work): the router, the latent down projection, and the shared
-  // experts' gate and up.
+  // The shared experts, from kSharedJobTokens tokens on, are a job of their own beside the
+  // routed experts (gate, up and down on one thread, its rows staying there). With their gate
+  // and up in the pass over x below and the down projection alone a job, steps alternated every
+  // ten in one process (median of 4-8 per-pair ratios) took 1.012-1.021 times as long at
+  // batch-64 k3-mini, 0.999-1.010 at batch 8 and 0.996-1.005 at batch 32; kimi-linear-small batch
+  // 8 / 32 / 64 0.994-1.003 / 1.003-1.004 / 1.004-1.016. With fewer tokens (decode of one to three
+  // sequences) a job of every product would be the largest by far and run split, in sections of
+  // its own: there the gate and up join the pass over x, where each is a few microseconds of work.
+  constexpr int64_t kSharedJobTokens = 4;
+  const bool shared_job = w.shared.gate.data && T >= kSharedJobTokens;
+
+  // Every product of x in one pass (fewer, larger parallel sections): the router, the latent down
+  // projection, and below kSharedJobTokens tokens the shared experts' gate and up.
   const auto logits = Scratch(T * E);
   ScratchBuffer latent, shared_gate, shared_up;
   {
@@ -156,7 +168,7 @@ absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, floa
       latent = Scratch(T * D);
       targets.push_back({latent.get(), D, &w.latent_down});
     }
-    if (w.shared.gate.data) {
+    if (w.shared.gate.data && !shared_job) {
       const int64_t I = w.shared.gate.rows;
       shared_gate = Scratch(T * I);
       shared_up = Scratch(T * I);
@@ -218,8 +230,15 @@ absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, floa
   ScratchBuffer shared;
   if (w.shared.gate.data) {
     shared = Scratch(T * d);
-    jobs.push_back({&w.shared, nullptr, shared.get(), T, JobCost(w.shared, T, /*down_only=*/true),
-                    shared_gate.get(), shared_up.get()});
+    ExpertJob job{&w.shared, nullptr, shared.get(), T,
+                  JobCost(w.shared, T, /*down_only=*/!shared_job)};
+    if (shared_job) {
+      job.src = x;
+    } else {
+      job.gate = shared_gate.get();
+      job.up = shared_up.get();
+    }
+    jobs.push_back(job);
   }
   RunExpertJobs(c, jobs);
 
