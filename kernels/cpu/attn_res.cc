@@ -44,8 +44,12 @@ KIMI_CLONES void DotAndSquares(const float* v, const float* w, int64_t H, double
 void AttnRes(float* out, float* probs, const float* bank, int64_t bank_stride, int64_t nb,
              const float* partial, const float* w, int64_t T, int64_t H, float eps) {
   ParallelFor(T, 1, [&](int64_t begin, int64_t end) {
-    std::vector<const float*> rows(nb + 1);
-    std::vector<float> s(nb + 1);
+    // Per thread and kept: the engine calls this a token at a time (Residual::AddThenNormedInput),
+    // so two heap blocks a call would be two a token and sublayer.
+    thread_local std::vector<const float*> rows;
+    thread_local std::vector<float> s;
+    rows.resize(nb + 1);
+    s.resize(nb + 1);
     for (int64_t t = begin; t < end; ++t) {
       for (int64_t j = 0; j < nb; ++j) rows[j] = bank + t * bank_stride + j * H;
       rows[nb] = partial + t * H;
