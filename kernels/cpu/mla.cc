@@ -193,12 +193,13 @@ KIMI_INLINE void AttendChunkWith(const ChunkArgs& a) {
   // The keys of the next block (past the chunk's end, the next chunk's first: in decode a thread
   // takes its chunks in order) are prefetched into L2 while the first row tile scores this block.
   // A block's keys are a few short streams (rows of 0.75-2.25 KiB, pages of 16 rows anywhere in
-  // the pool) that the hardware prefetcher hardly follows: without this the keys came in at a
-  // fraction of the memory's speed. One decode token at 64k keys, kimi-linear-small dims
-  // (mla.decode.64k, 2 threads, alternated in one process, two host phases): 7.2-9.2 -> 5.2-5.9
-  // ms and 6.4-7.2 -> 4.4-4.7 ms; within the chunk only 5.2-6.0 (against 5.2-5.9); two blocks
-  // ahead level (0.94-1.01); into L1 (T0) 1.39-1.45x slower. 512-token prefills and batched
-  // decode at short contexts level (0.998-1.002).
+  // the pool) that the hardware prefetcher hardly follows: without this the keys came in at 9.5-15
+  // GB/s whatever the heads. One decode token on 2 threads, alternated in one process: at 64k
+  // keys, kimi-linear-small dims (mla.decode.64k, two host phases) 7.2-9.2 -> 5.2-5.9 ms and
+  // 6.4-7.2 -> 4.4-4.7 ms, k3-mini dims 3.44-3.52 -> 1.59-1.62 ms (AVX2: 8.7-8.9 -> 6.0, 3.70 ->
+  // 2.15); at 16k keys, K3 dims (64 heads) 16.7 -> 13.7 ms. Within the chunk only 5.2-6.0 (against
+  // 5.2-5.9); two blocks ahead level (0.94-1.01); into L1 (T0) 1.39-1.45x slower. 512-token
+  // prefills and batched decode at short contexts level (0.998-1.002).
   const int64_t seen = first_pos + (r1 - 1) / heads + 1;  // keys the last row sees
   const float* key[kKeys];
   const float* next[kKeys];
