@@ -3,13 +3,57 @@
 //   g     = decay gate of the low-rank f_b(f_a(x))
 //   o     = KDA(q, k, v, g, beta) with the sequence's recurrent state
 //   out   = o_proj( RMSNorm_head(o) * sigmoid(output gate) )
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "engine/layers.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/side_prefetch.h"
 
 namespace kimi::layers {
+namespace {
+
+// The states of a batched decode step's KDA layer are prefetched during its projections (see
+// PrefetchStates) from this many tokens on: below it the projections read their weights at about
+// the memory's speed themselves (batch 8: kimi-linear-small steps 1.007-1.010x the time, k3-mini
+// level).
+constexpr int64_t kPrefetchStatesMinTokens = 16;
+// At most this many bytes of states a thread, so that two threads' states and the weights streamed
+// meanwhile stay within L3 (32 MiB here) until the recurrence reads them: a batch-32 k3-mini step
+// prefetches all of its 4.4 MB a thread, batch 64 (8.8 MB) and kimi-linear-small batch 32 / 64
+// (8.4 / 16.8 MB) most or half of it; 4 and 16 MiB measured the same within the alternation's
+// noise.
+constexpr int64_t kPrefetchStatesMaxBytes = int64_t{8} << 20;
+
+// Names the recurrent and conv states of the sequences each part of the section will take (part
+// p: sequences part_begin(p) .. part_begin(p + 1) - 1) for thread p to prefetch while the layer's
+// projections run (kernels/cpu/side_prefetch.h), in the order the part reads them. The recurrence
+// reads and writes them at the memory's speed (k3-mini at batch 32: 8.8 MB a layer, its sections
+// 0.42-0.60 ms) while the projections before it are compute-bound and leave the memory idle. With
+// them prefetched the sections took 0.30-0.34 ms; steps alternated every ten in one process
+// (median of 8 per-pair ratios): k3-mini batch 32 0.96-0.99 of the time (0.98 the median of seven
+// alternations), batch 64 0.99-1.00, kimi-linear-small batch 32 / 64 0.99-1.00. Prefetched during
+// the previous layer's feed-forward sublayer instead (longer before the recurrence, behind more
+// traffic), the states gained the sections 0.08-0.15 and cost the products more.
+template <class PartBegin>
+void PrefetchStates(const std::vector<const SeqSpan*>& seqs, int64_t parts,
+                    const PartBegin& part_begin, KdaStatePool& pool, int64_t kda_index,
+                    int64_t recurrent_bytes, int64_t conv_bytes) {
+  std::vector<cpu::SideRanges> by_thread(parts);
+  for (int64_t p = 0; p < parts; ++p) {
+    int64_t bytes = 0;
+    for (int64_t i = part_begin(p); i < part_begin(p + 1); ++i) {
+      if (bytes + recurrent_bytes + conv_bytes > kPrefetchStatesMaxBytes) break;
+      by_thread[p].push_back({pool.Recurrent(seqs[i]->kda_slot, kda_index), recurrent_bytes});
+      by_thread[p].push_back({pool.Conv(seqs[i]->kda_slot, kda_index), conv_bytes});
+      bytes += recurrent_bytes + conv_bytes;
+    }
+  }
+  cpu::SetSidePrefetch(by_thread);
+}
+
+}  // namespace
 
 absl::Status Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, const float* x,
                  float* out, const StepLayout& layout, KdaStatePool& pool, const Split& split) {
@@ -24,6 +68,27 @@ absl::Status Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, c
   const auto low = Scratch(T * w.f_a.rows), g = Scratch(T * P), beta = Scratch(T * H);
   const auto gate = Scratch(T * P);
   ScratchBuffer gate_low;
+  // Short sequences (batched decode), when there are several, side by side: one per thread at a
+  // time, its rows staying on that thread (as separate steps over every token, the conv, the gate,
+  // the recurrence and the output norm moved each row between the cores: batch-8 / 32 k3-mini
+  // steps took 1.02 / 1.025 times as long, kimi-linear-small ones level), each thread a contiguous
+  // part of them. The others (prefill) one after another, each kernel split over the threads. A
+  // sequence's result is the same either way.
+  std::vector<const SeqSpan*> side_by_side, one_by_one;
+  for (const SeqSpan& s : layout.seqs) {
+    (s.count <= kShortSequenceTokens ? side_by_side : one_by_one).push_back(&s);
+  }
+  if (side_by_side.size() < kMinSideBySide) {
+    one_by_one.insert(one_by_one.end(), side_by_side.begin(), side_by_side.end());
+    side_by_side.clear();
+  }
+  const int64_t count = static_cast<int64_t>(side_by_side.size());
+  const int64_t parts = std::min<int64_t>(ThreadPool::Global().num_threads(), count);
+  const auto part_begin = [&](int64_t p) { return count * p / parts; };
+  if (T >= kPrefetchStatesMinTokens && parts > 0) {
+    PrefetchStates(side_by_side, parts, part_begin, pool, kda_index, H * K * K * 4,
+                   3 * (W - 1) * P * 4);
+  }
   {
     const int64_t d = c.hidden;
     std::vector<MatMulTarget> targets = {{proj.get(), P, &w.q_proj},
@@ -80,21 +145,11 @@ absl::Status Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, c
     RmsNorm(o.get() + a, o.get() + a, w.o_norm, n * H, K, c.rms_eps);
     MulSigmoid(o.get() + a, gate.get() + a, n * P);
   };
-  // Short sequences (batched decode), when there are several, side by side: one per thread at a
-  // time, its rows staying on that thread (as separate steps over every token, the conv, the gate,
-  // the recurrence and the output norm moved each row between the cores: batch-8 / 32 k3-mini
-  // steps took 1.02 / 1.025 times as long, kimi-linear-small ones level). The others (prefill) one
-  // after another, each kernel split over the threads. A sequence's result is the same either way.
-  std::vector<const SeqSpan*> side_by_side, one_by_one;
-  for (const SeqSpan& s : layout.seqs) {
-    (s.count <= kShortSequenceTokens ? side_by_side : one_by_one).push_back(&s);
-  }
-  if (side_by_side.size() < kMinSideBySide) {
-    one_by_one.insert(one_by_one.end(), side_by_side.begin(), side_by_side.end());
-    side_by_side.clear();
-  }
-  ParallelFor(static_cast<int64_t>(side_by_side.size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) sequence(*side_by_side[i]);
+  ClearSidePrefetch();
+  ParallelFor(parts, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      for (int64_t i = part_begin(p); i < part_begin(p + 1); ++i) sequence(*side_by_side[i]);
+    }
   });
   for (const SeqSpan* s : one_by_one) sequence(*s);
   MatMul(out, o.get(), w.o_proj, T);

@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/lanes.h"
 #include "kernels/cpu/matmul_impl.h"
+#include "kernels/cpu/side_prefetch.h"
 #include <cpuid.h>
 #include <immintrin.h>
 
@@ -404,6 +405,11 @@ struct Bf16Group {
   static constexpr int64_t kAheadBytes = kOneRowAhead;  // Prefetch's distance
   static constexpr bool kSpreadsPrefetch = true;        // see SpreadOver
   const uint16_t* g;                                    // the group's block 0
+  // Lines of the side prefetch (side_prefetch.h) a block visit, when there is one: the window it
+  // serves (a KDA layer's projections at batch 32: 48K block visits for 8.8 MB of states, 138K
+  // lines) has only bf16 groups. 4 and 3 lines took all of it (batch-32 k3-mini steps 0.980 /
+  // 0.981 and 0.976 / 0.981 of the time), 2 lines did not (0.987 / 0.987).
+  static constexpr int kSideLines = 4;
   bool prefetch = true;  // software prefetches on (GroupStrips turns them off, see there)
   bool to_l2 = false;    // prefetches fill L2, not L1 (ToL2, kPrefetchAheadToL2)
   PassSpread spread{};
@@ -480,6 +486,7 @@ struct Mxfp4Group {
   // k3-mini steps took 0.99 / 1.00 / 1.02 of the time, against 0.96-0.97 / 0.99 / 0.98-1.01 with
   // bf16 groups alone (the same alternation): a strip's decode leaves less memory time to hide.
   static constexpr bool kSpreadsPrefetch = false;
+  static constexpr int kSideLines = 0;  // see Bf16Group's
   bool prefetch = true;
   KIMI_ALWAYS_INLINE void PrefetchPage(int64_t b) const {  // the codes (the scales are 1/16)
     PrefetchPageAhead<16 * kPackRows>(codes, b);
@@ -502,12 +509,22 @@ struct Mxfp4Group {
 // acc[i][j] += x row i against group row j0 + j over blocks [b0, b1), i < MR, j < NR: each weight
 // decoded once for all MR rows.
 // Each block prefetches G::kAheadBytes ahead in g, or with kLater block b + shift of `later`, and
-// each page of g's stream the page kPageAheadBytes on (PrefetchPageAhead).
-template <int MR, int NR, bool kLater = false, class G>
+// each page of g's stream the page kPageAheadBytes on (PrefetchPageAhead); with kSide, also
+// G::kSideLines lines of `side` (a piece of the side prefetch) while they last.
+template <int MR, int NR, bool kLater = false, class G, bool kSide = false>
 KIMI_ALWAYS_INLINE void GroupBlocks(const G& g, const float* xp, int64_t kp, int64_t b0, int64_t b1,
                                     int j0, __m512 (&acc)[MR][NR], const G* later = nullptr,
-                                    int64_t shift = 0) {
+                                    int64_t shift = 0, SidePiece* side = nullptr) {
   for (int64_t b = b0; b < b1; ++b) {
+    if constexpr (kSide) {
+#pragma GCC unroll 4
+      for (int t = 0; t < G::kSideLines; ++t) {
+        if (side->p < side->end) {
+          _mm_prefetch(side->p, _MM_HINT_T1);
+          side->p += 64;
+        }
+      }
+    }
     __m512 xe[MR], xo[MR];
 #pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) {
@@ -534,12 +551,12 @@ KIMI_ALWAYS_INLINE void GroupBlocks(const G& g, const float* xp, int64_t kp, int
 }
 
 // The same over the whole of K, from zero.
-template <int MR, int NR, class G>
+template <int MR, int NR, class G, bool kSide = false>
 KIMI_ALWAYS_INLINE void GroupSums(const G& g, const float* xp, int64_t kp, int64_t nb, int j0,
-                                  __m512 (&acc)[MR][NR]) {
+                                  __m512 (&acc)[MR][NR], SidePiece* side = nullptr) {
 #pragma GCC unroll 16
   for (int t = 0; t < MR * NR; ++t) (&acc[0][0])[t] = _mm512_setzero_ps();
-  GroupBlocks<MR, NR>(g, xp, kp, 0, nb, j0, acc);
+  GroupBlocks<MR, NR, false, G, kSide>(g, xp, kp, 0, nb, j0, acc, nullptr, 0, side);
 }
 
 // One x row against G::kGroupsAtOnce groups together: K in chunks of kChunkBlocks blocks, each
@@ -682,9 +699,17 @@ inline void GroupStrips(const MakeGroup& make, const Problem& p, int64_t n0, int
   }
   int passes = 0;
   ForEachStrip<G>(p.m, [&](int64_t, auto, int, auto) { ++passes; });
+  // The side prefetch, if any, a piece at a time (each group takes a new one when the last is
+  // done), in its own build of the strips so that the loops without it stay as they were.
+  bool side_on = G::kSideLines > 0 && SidePrefetchActive();
+  SidePiece side;
   for (; n < n1; n += kPackRows) {
     G g = make(n);
     g.prefetch = PrefetchGroup<G>(p, n0, n);
+    if (side_on && side.p >= side.end) {
+      side = ClaimSidePiece();
+      side_on = side.p < side.end;
+    }
     if constexpr (G::kSpreadsPrefetch) {
       g.ToL2(p.m);
       if (passes > 1) g.SpreadOver(passes, nb);
@@ -695,7 +720,15 @@ inline void GroupStrips(const MakeGroup& make, const Problem& p, int64_t n0, int
         p.m, [&](int64_t i, auto rows, int j0, auto cols) __attribute__((always_inline)) {
           constexpr int MR = decltype(rows)::value, NR = decltype(cols)::value;
           __m512 acc[MR][NR];
-          GroupSums<MR, NR>(g, p.xp + i * p.kp, p.kp, nb, j0, acc);
+          if constexpr (G::kSideLines > 0) {
+            if (side_on) {
+              GroupSums<MR, NR, G, true>(g, p.xp + i * p.kp, p.kp, nb, j0, acc, &side);
+            } else {
+              GroupSums<MR, NR, G, false>(g, p.xp + i * p.kp, p.kp, nb, j0, acc);
+            }
+          } else {
+            GroupSums<MR, NR, G, false>(g, p.xp + i * p.kp, p.kp, nb, j0, acc);
+          }
           StoreStripSums<MR, NR>(acc, p.y + i * p.ldy + n + j0, p.ldy);
           if constexpr (G::kSpreadsPrefetch) ++g.spread.pass;
         });
