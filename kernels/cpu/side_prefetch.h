@@ -6,9 +6,10 @@
 // go to L2 (hint T1) and spill into L3, where the pass finds them.
 //
 // Thread contract: SetSidePrefetch and ClearSidePrefetch from the thread that calls ParallelFor,
-// between jobs. The products' packed-group loops (AVX-512, fp32 activations: matmul_avx512.cc)
-// running on thread i of the pool prefetch by_thread[i]'s ranges in order, a few lines a block of
-// weights; the other kernels leave them. A prefetch never faults and changes no value.
+// between jobs. The products' loops over packed bf16 weight groups (AVX-512, fp32 activations:
+// GroupStrips in matmul_avx512.cc) running on thread i of the pool prefetch by_thread[i]'s ranges
+// in order, a few lines a block of weights; the other kernels leave them. A prefetch never faults
+// and changes no value.
 #pragma once
 
 #include <atomic>
