@@ -720,14 +720,10 @@ inline void GroupStrips(const MakeGroup& make, const Problem& p, int64_t n0, int
         p.m, [&](int64_t i, auto rows, int j0, auto cols) __attribute__((always_inline)) {
           constexpr int MR = decltype(rows)::value, NR = decltype(cols)::value;
           __m512 acc[MR][NR];
-          if constexpr (G::kSideLines > 0) {
-            if (side_on) {
-              GroupSums<MR, NR, G, true>(g, p.xp + i * p.kp, p.kp, nb, j0, acc, &side);
-            } else {
-              GroupSums<MR, NR, G, false>(g, p.xp + i * p.kp, p.kp, nb, j0, acc);
-            }
+          if (side_on) {  // never for groups without side lines: one build of their strips
+            GroupSums<MR, NR, G, (G::kSideLines > 0)>(g, p.xp + i * p.kp, p.kp, nb, j0, acc, &side);
           } else {
-            GroupSums<MR, NR, G, false>(g, p.xp + i * p.kp, p.kp, nb, j0, acc);
+            GroupSums<MR, NR, G>(g, p.xp + i * p.kp, p.kp, nb, j0, acc);
           }
           StoreStripSums<MR, NR>(acc, p.y + i * p.ldy + n + j0, p.ldy);
           if constexpr (G::kSpreadsPrefetch) ++g.spread.pass;
