@@ -26,28 +26,31 @@ constexpr int64_t kPrefetchStatesMinTokens = 16;
 // noise.
 constexpr int64_t kPrefetchStatesMaxBytes = int64_t{8} << 20;
 
-// Names the recurrent and conv states of the sequences each part of the section will take (part
-// p: sequences part_begin(p) .. part_begin(p + 1) - 1) for thread p to prefetch while the layer's
-// projections run (kernels/cpu/side_prefetch.h), in the order the part reads them. The recurrence
-// reads and writes them at the memory's speed (k3-mini at batch 32: 8.8 MB a layer, its sections
-// 0.42-0.60 ms) while the projections before it are compute-bound and leave the memory idle. With
-// them prefetched the sections took 0.30-0.34 ms; steps alternated every ten in one process
-// (median of 8 per-pair ratios): k3-mini batch 32 0.96-0.99 of the time (0.98 the median of seven
+// The first of the short sequences that part p of `parts` takes in the side-by-side section: the
+// split ParallelFor makes of `count` items.
+int64_t PartBegin(int64_t count, int64_t parts, int64_t p) { return count * p / parts; }
+
+// Names the states (recurrent and conv, one range a layer) of the sequences each part of the
+// section will take for thread p to prefetch while the layer's projections run
+// (kernels/cpu/side_prefetch.h), in the order the part reads them. The recurrence reads and writes
+// them at the memory's speed (k3-mini at batch 32: 8.8 MB a layer, its sections 0.42-0.60 ms)
+// while the projections before it are compute-bound and leave the memory idle. With them
+// prefetched the sections took 0.30-0.34 ms; steps alternated every ten in one process (median of
+// 8 per-pair ratios): k3-mini batch 32 0.96-0.99 of the time (0.98 the median of seven
 // alternations), batch 64 0.99-1.00, kimi-linear-small batch 32 / 64 0.99-1.00. Prefetched during
 // the previous layer's feed-forward sublayer instead (longer before the recurrence, behind more
 // traffic), the states gained the sections 0.08-0.15 and cost the products more.
-template <class PartBegin>
-void PrefetchStates(const std::vector<const SeqSpan*>& seqs, int64_t parts,
-                    const PartBegin& part_begin, KdaStatePool& pool, int64_t kda_index,
-                    int64_t recurrent_bytes, int64_t conv_bytes) {
+void PrefetchStates(const std::vector<const SeqSpan*>& seqs, int64_t parts, KdaStatePool& pool,
+                    int64_t kda_index) {
+  const int64_t count = static_cast<int64_t>(seqs.size());
+  const int64_t layer_bytes = pool.LayerFloats() * static_cast<int64_t>(sizeof(float));
+  const int64_t most = kPrefetchStatesMaxBytes / layer_bytes;  // sequences a thread
   std::vector<cpu::SideRanges> by_thread(parts);
   for (int64_t p = 0; p < parts; ++p) {
-    int64_t bytes = 0;
-    for (int64_t i = part_begin(p); i < part_begin(p + 1); ++i) {
-      if (bytes + recurrent_bytes + conv_bytes > kPrefetchStatesMaxBytes) break;
-      by_thread[p].push_back({pool.Recurrent(seqs[i]->kda_slot, kda_index), recurrent_bytes});
-      by_thread[p].push_back({pool.Conv(seqs[i]->kda_slot, kda_index), conv_bytes});
-      bytes += recurrent_bytes + conv_bytes;
+    const int64_t begin = PartBegin(count, parts, p);
+    const int64_t end = std::min(PartBegin(count, parts, p + 1), begin + most);
+    for (int64_t i = begin; i < end; ++i) {
+      by_thread[p].push_back({pool.Recurrent(seqs[i]->kda_slot, kda_index), layer_bytes});
     }
   }
   cpu::SetSidePrefetch(by_thread);
@@ -84,11 +87,8 @@ absl::Status Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, c
   }
   const int64_t count = static_cast<int64_t>(side_by_side.size());
   const int64_t parts = std::min<int64_t>(ThreadPool::Global().num_threads(), count);
-  const auto part_begin = [&](int64_t p) { return count * p / parts; };
-  if (T >= kPrefetchStatesMinTokens && parts > 0) {
-    PrefetchStates(side_by_side, parts, part_begin, pool, kda_index, H * K * K * 4,
-                   3 * (W - 1) * P * 4);
-  }
+  if (T >= kPrefetchStatesMinTokens && parts > 0)
+    PrefetchStates(side_by_side, parts, pool, kda_index);
   {
     const int64_t d = c.hidden;
     std::vector<MatMulTarget> targets = {{proj.get(), P, &w.q_proj},
@@ -148,7 +148,9 @@ absl::Status Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, c
   ClearSidePrefetch();
   ParallelFor(parts, 1, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
-      for (int64_t i = part_begin(p); i < part_begin(p + 1); ++i) sequence(*side_by_side[i]);
+      for (int64_t i = PartBegin(count, parts, p); i < PartBegin(count, parts, p + 1); ++i) {
+        sequence(*side_by_side[i]);
+      }
     }
   });
   for (const SeqSpan* s : one_by_one) sequence(*s);

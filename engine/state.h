@@ -45,6 +45,8 @@ class KdaStatePool {
   int64_t SlotFloats() const { return layers_ * per_layer_; }
   static int64_t SlotBytes(const ModelConfig& config);
 
+  // Floats of one slot's one KDA layer: the recurrent state, then the conv history, contiguous.
+  int64_t LayerFloats() const { return per_layer_; }
   float* Recurrent(int64_t slot, int64_t kda_layer) { return Base(slot, kda_layer); }
   float* Conv(int64_t slot, int64_t kda_layer) { return Base(slot, kda_layer) + recurrent_; }
   // Zeroes a slot: the state of an empty sequence.

@@ -52,7 +52,9 @@ void SetSidePrefetch(std::span<const SideRanges> by_thread) {
   side_prefetch_internal::active.store(any, std::memory_order_relaxed);
 }
 
-void ClearSidePrefetch() { SetSidePrefetch({}); }
+void ClearSidePrefetch() {
+  if (SidePrefetchActive()) SetSidePrefetch({});  // every KDA layer calls it, mostly with none set
+}
 
 SidePiece ClaimSidePiece() {
   std::vector<ThreadRanges>& threads = Threads();
