@@ -976,11 +976,12 @@ inline void StripBf16(const Bf16Raw& l, const Problem& p, int64_t i0, int64_t n0
 // acc[i][j] = x row i against row j of a packed group over the whole of K, by vdpbf16ps: the
 // group's blocks as bf16 (Bf16Group's loads, or Mxfp4Group's decode) through one pointer, with
 // the group's prefetch, as the fp32 group kernels.
-// GroupDotsBlocks adds blocks [b0, b1) to acc, prefetching as GroupBlocks does.
-template <int MR, bool kLater = false, class G>
+// GroupDotsBlocks adds blocks [b0, b1) of group rows [j0, j0 + NR) to acc, prefetching as
+// GroupBlocks does.
+template <int MR, int NR = kPackRows, bool kLater = false, class G>
 KIMI_ALWAYS_INLINE void GroupDotsBlocks(const G& g, const uint16_t* xb, int64_t kp, int64_t b0,
-                                        int64_t b1, __m512 (&acc)[MR][kPackRows],
-                                        const G* later = nullptr, int64_t shift = 0) {
+                                        int64_t b1, __m512 (&acc)[MR][NR], const G* later = nullptr,
+                                        int64_t shift = 0, int j0 = 0) {
   for (int64_t b = b0; b < b1; ++b) {
     __m512i x[MR];
 #pragma GCC unroll 4
@@ -992,8 +993,8 @@ KIMI_ALWAYS_INLINE void GroupDotsBlocks(const G& g, const uint16_t* xb, int64_t 
     }
     g.PrefetchPage(b);
 #pragma GCC unroll 8
-    for (int j = 0; j < kPackRows; ++j) {
-      const __m512i w = g.LoadBf16(b, j);
+    for (int j = 0; j < NR; ++j) {
+      const __m512i w = g.LoadBf16(b, j0 + j);
 #pragma GCC unroll 4
       for (int i = 0; i < MR; ++i) {
         acc[i][j] = _mm512_dpbf16_ps(acc[i][j], reinterpret_cast<__m512bh>(x[i]),
@@ -1002,12 +1003,12 @@ KIMI_ALWAYS_INLINE void GroupDotsBlocks(const G& g, const uint16_t* xb, int64_t 
     }
   }
 }
-template <int MR, class G>
+template <int MR, int NR = kPackRows, class G>
 KIMI_ALWAYS_INLINE void GroupDots(const G& g, const uint16_t* xb, int64_t kp, int64_t nb,
-                                  __m512 (&acc)[MR][kPackRows]) {
+                                  __m512 (&acc)[MR][NR], int j0 = 0) {
 #pragma GCC unroll 16
-  for (int t = 0; t < MR * kPackRows; ++t) (&acc[0][0])[t] = _mm512_setzero_ps();
-  GroupDotsBlocks<MR>(g, xb, kp, 0, nb, acc);
+  for (int t = 0; t < MR * NR; ++t) (&acc[0][0])[t] = _mm512_setzero_ps();
+  GroupDotsBlocks<MR, NR, false, G>(g, xb, kp, 0, nb, acc, nullptr, 0, j0);
 }
 
 // GroupsOneRow for bf16 x (paired passes, one cold thread, K = 2304-7168: 1.02-1.24x one group at a
@@ -1025,8 +1026,8 @@ KIMI_ALWAYS_INLINE void GroupsOneRowBf16(const G* g, const uint16_t* xb, int64_t
     constexpr int64_t ahead = G::kAheadBytes / (kChunkBlocks * G::kBlockBytes);
 #pragma GCC unroll 3
     for (int t = 0; t < NG; ++t) {
-      GroupDotsBlocks<1, true>(g[t], xb, 0, b0, b1, acc[t], &g[(t + ahead) % NG],
-                               (t + ahead) / NG * kChunkBlocks);
+      GroupDotsBlocks<1, kPackRows, true>(g[t], xb, 0, b0, b1, acc[t], &g[(t + ahead) % NG],
+                                          (t + ahead) / NG * kChunkBlocks);
     }
   }
 #pragma GCC unroll 3
@@ -1089,13 +1090,50 @@ inline void GroupStripsBf16(const Problem& p, int64_t n0, int64_t n1) {
   }
 }
 
+// x rows [i, i + MR) against rows [j0, j0 + NR) of a packed MXFP4 group on the bf16 path (a
+// strip), the sums to y + i * ldy + j0.
+template <int MR, int NR>
+KIMI_ALWAYS_INLINE void Mxfp4StripBf16(const Mxfp4Group g, const Problem& p, int64_t nb, int64_t i,
+                                       int j0, float* y) {
+  __m512 acc[MR][NR];
+  GroupDots<MR, NR>(g, p.xb + i * p.kp, p.kp, nb, acc, j0);
+  StoreStripSums<MR, NR>(acc, y + i * p.ldy + j0, p.ldy);
+}
+
+// Every x row (m >= 4) against one packed MXFP4 group on the bf16 path, in ForEachStrip's strips
+// (of four x rows against each half of the group, so that a code is decoded once per four rows,
+// not three; the last one or two rows against the whole group). Restated here because
+// ForEachStrip, compiled for the fp32 kernels' target, cannot inline this section's dot products.
+inline void Mxfp4QuadStripsBf16(const Mxfp4Group g, const Problem& p, int64_t nb, float* y) {
+  int64_t i = 0;
+  for (int j0 = 0; j0 < kPackRows; j0 += 4) {
+    for (i = 0; i + 4 <= p.m; i += 4) Mxfp4StripBf16<4, 4>(g, p, nb, i, j0, y);
+    if (p.m - i == 3) {
+      Mxfp4StripBf16<3, 4>(g, p, nb, i, j0, y);
+      i += 3;
+    }
+  }
+  if (p.m - i == 2) Mxfp4StripBf16<2, kPackRows>(g, p, nb, i, 0, y);
+  if (p.m - i == 1) Mxfp4StripBf16<1, kPackRows>(g, p, nb, i, 0, y);
+}
+
 // MXFP4 W rows [n0, n1) (packed kBlocks or not; K % 32 == 0) on the bf16 path, group after group.
-// Up to kMaxStripRows x rows, every strip of three decodes the codes in its loop: one thread, in
-// cache, 1024 x 1024 at m = 4 / 8 / 16, 40 / 69 / 136 us, where decoding each group once into
-// scratch for all strips took 61 / 85 / 132 (and the fp32 path 44 / 89 / 218). More rows decode
-// the group once into per-thread scratch in Bf16Group's layout, which every strip then reads; so
-// do an unpacked weight's groups, and a last partial one, padded with zero rows whose sums are
-// dropped. The weights are the same bf16 values either way.
+// Up to kMaxStripRows x rows, every strip decodes the codes in its loop: one to three rows as one
+// strip against the whole group, four or more in strips of four against each half of it
+// (Mxfp4QuadStripsBf16; on the Zen 5 host, strips of three everywhere, one thread, in cache, 1024 x
+// 1024 at m = 4 / 8 / 16 took 40 / 69 / 136 us, where decoding each group once into scratch for
+// all strips took 61 / 85 / 132, and the fp32 path 44 / 89 / 218). On the 2-vCPU Zen 4 host, one
+// thread, strips of four against strips of three: K3's expert shape 512 x 256 (256 of them, from
+// L3) at m = 4 / 6 / 8 / 16 7.3 / 12.3 / 14.8 / 29.4-30.8 us against 10.4 / 13.0 / 18.0 / 36.2;
+// 1024 x 1024 in cache 49 / 86 / 99 / 200 against 72-75 / 88 / 125 / 251; at m = 3, 3 x 4 strips
+// were slower (7.5 against 6.6 us), and 5 x 4 or 6 x 4 strips (x rows of 5 and 6: more registers
+// than there are) slower than 4 x 4. Steps alternated every ten in one process (median of 8 / 8 /
+// 4 per-pair ratios): k3-mini with bf16 activations at batch 8 / 32 / 64 0.999 / 0.979 / 0.967 of
+// the time. More rows decode the group once into per-thread scratch in Bf16Group's layout, which
+// every strip then reads (1024 x 1024 at m = 17-24: 11.4-11.8 us a row against 12.6 for strips
+// of four at 16; 512 x 256 1.8-1.9 against 1.8); so do an unpacked weight's groups, and a last
+// partial one, padded with zero rows whose sums are dropped. The weights are the same bf16 values
+// either way.
 void Mxfp4StripsBf16(const Problem& p, int64_t n0, int64_t n1) {
   const Weight& w = *p.w;
   const int64_t nb = w.cols / 32;
@@ -1104,7 +1142,11 @@ void Mxfp4StripsBf16(const Problem& p, int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; n += kPackRows) {
       Mxfp4Group g{d + n * nb * 16, w.scales + n * nb};
       g.prefetch = PrefetchGroup<Mxfp4Group>(p, n0, n);
-      GroupRowsBf16(g, p, nb, p.y + n, p.ldy);
+      if (p.m <= 3) {
+        GroupRowsBf16(g, p, nb, p.y + n, p.ldy);
+      } else {
+        Mxfp4QuadStripsBf16(g, p, nb, p.y + n);
+      }
     }
     return;
   }

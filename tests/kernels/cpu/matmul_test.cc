@@ -409,14 +409,19 @@ TEST(MatMul, Bf16ActivationRoundingIsF32ToBf16) {
 // MXFP4 weights on the bf16 path (opt-in): every E2M1 x 2^(s - 127) is exact in bf16, so an MXFP4
 // product there must be, bit for bit, the product of a bf16 weight holding the dequantized values
 // (whose accuracy and batch invariance the test above checks) -- packed or not, alone or batched,
-// on one thread or all. Shapes cover one strip of x rows (decoded in the loop), more (decoded once
-// per group), 16+ rows, and an unpacked weight whose last group is partial (33 rows).
+// on one thread or all. Shapes cover the strips that decode in their loop (one to three x rows
+// against the whole group; from four, strips of four against each half, with 5 / 6 / 7 rows
+// leaving one / two / three), more than 16 rows (decoded once per group), and an unpacked weight
+// whose last group is partial (33 rows).
 TEST(MatMul, Mxfp4OnBf16PathIsItsBf16Dequantization) {
   if (!HasBf16DotProduct()) GTEST_SKIP() << "no AVX-512 BF16 on this machine";
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 24, 64},
                          {2, 8, 32},
                          {3, 24, 128},
                          {4, 32, 256},
+                         {5, 16, 64},
+                         {6, 8, 96},
+                         {7, 24, 128},
                          {8, 40, 256},
                          {16, 16, 512},
                          {40, 64, 256},
