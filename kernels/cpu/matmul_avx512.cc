@@ -1125,15 +1125,15 @@ inline void Mxfp4QuadStripsBf16(const Mxfp4Group g, const Problem& p, int64_t nb
 // all strips took 61 / 85 / 132, and the fp32 path 44 / 89 / 218). On the 2-vCPU Zen 4 host, one
 // thread, strips of four against strips of three: K3's expert shape 512 x 256 (256 of them, from
 // L3) at m = 4 / 6 / 8 / 16 7.3 / 12.3 / 14.8 / 29.4-30.8 us against 10.4 / 13.0 / 18.0 / 36.2;
-// 1024 x 1024 in cache 49 / 86 / 99 / 200 against 72-75 / 88 / 125 / 251; at m = 3, 3 x 4 strips
-// were slower (7.5 against 6.6 us), and 5 x 4 or 6 x 4 strips (x rows of 5 and 6: more registers
-// than there are) slower than 4 x 4. Steps alternated every ten in one process (median of 8 / 8 /
-// 4 per-pair ratios): k3-mini with bf16 activations at batch 8 / 32 / 64 0.999 / 0.979 / 0.967 of
-// the time. More rows decode the group once into per-thread scratch in Bf16Group's layout, which
-// every strip then reads (1024 x 1024 at m = 17-24: 11.4-11.8 us a row against 12.6 for strips
-// of four at 16; 512 x 256 1.8-1.9 against 1.8); so do an unpacked weight's groups, and a last
-// partial one, padded with zero rows whose sums are dropped. The weights are the same bf16 values
-// either way.
+// 1024 x 1024 in cache 49 / 86 / 99 / 200 against 72-75 / 88 / 125 / 251. At m = 3 two 3 x 4
+// strips took 7.9 us against one 3 x 8 strip's 6.6; 5 x 4 strips were no faster than 4 x 4 and a
+// 1 x 8 (11.6 against 11.2 us at m = 5), 6 x 4 ones (more accumulators and x vectors than
+// registers) 2x slower. Steps alternated every ten in one process (median of 8 / 8 / 4 per-pair
+// ratios): k3-mini with bf16 activations at batch 8 / 32 / 64 0.999 / 0.979 / 0.967 of the time.
+// More rows decode the group once into per-thread scratch in Bf16Group's layout, which every strip
+// then reads (1024 x 1024 at m = 17-24: 11.4-11.8 us a row against 12.6 for strips of four at 16;
+// 512 x 256 1.8-1.9 against 1.8); so do an unpacked weight's groups, and a last partial one, padded
+// with zero rows whose sums are dropped. The weights are the same bf16 values either way.
 void Mxfp4StripsBf16(const Problem& p, int64_t n0, int64_t n1) {
   const Weight& w = *p.w;
   const int64_t nb = w.cols / 32;
