@@ -977,11 +977,11 @@ inline void StripBf16(const Bf16Raw& l, const Problem& p, int64_t i0, int64_t n0
 // group's blocks as bf16 (Bf16Group's loads, or Mxfp4Group's decode) through one pointer, with
 // the group's prefetch, as the fp32 group kernels.
 // GroupDotsBlocks adds blocks [b0, b1) of group rows [j0, j0 + NR) to acc, prefetching as
-// GroupBlocks does.
+// GroupBlocks does (its arguments in GroupBlocks' order).
 template <int MR, int NR = kPackRows, bool kLater = false, class G>
 KIMI_ALWAYS_INLINE void GroupDotsBlocks(const G& g, const uint16_t* xb, int64_t kp, int64_t b0,
-                                        int64_t b1, __m512 (&acc)[MR][NR], const G* later = nullptr,
-                                        int64_t shift = 0, int j0 = 0) {
+                                        int64_t b1, int j0, __m512 (&acc)[MR][NR],
+                                        const G* later = nullptr, int64_t shift = 0) {
   for (int64_t b = b0; b < b1; ++b) {
     __m512i x[MR];
 #pragma GCC unroll 4
@@ -1004,11 +1004,11 @@ KIMI_ALWAYS_INLINE void GroupDotsBlocks(const G& g, const uint16_t* xb, int64_t 
   }
 }
 template <int MR, int NR = kPackRows, class G>
-KIMI_ALWAYS_INLINE void GroupDots(const G& g, const uint16_t* xb, int64_t kp, int64_t nb,
-                                  __m512 (&acc)[MR][NR], int j0 = 0) {
+KIMI_ALWAYS_INLINE void GroupDots(const G& g, const uint16_t* xb, int64_t kp, int64_t nb, int j0,
+                                  __m512 (&acc)[MR][NR]) {
 #pragma GCC unroll 16
   for (int t = 0; t < MR * NR; ++t) (&acc[0][0])[t] = _mm512_setzero_ps();
-  GroupDotsBlocks<MR, NR, false, G>(g, xb, kp, 0, nb, acc, nullptr, 0, j0);
+  GroupDotsBlocks<MR, NR>(g, xb, kp, 0, nb, j0, acc);
 }
 
 // GroupsOneRow for bf16 x (paired passes, one cold thread, K = 2304-7168: 1.02-1.24x one group at a
@@ -1026,7 +1026,7 @@ KIMI_ALWAYS_INLINE void GroupsOneRowBf16(const G* g, const uint16_t* xb, int64_t
     constexpr int64_t ahead = G::kAheadBytes / (kChunkBlocks * G::kBlockBytes);
 #pragma GCC unroll 3
     for (int t = 0; t < NG; ++t) {
-      GroupDotsBlocks<1, kPackRows, true>(g[t], xb, 0, b0, b1, acc[t], &g[(t + ahead) % NG],
+      GroupDotsBlocks<1, kPackRows, true>(g[t], xb, 0, b0, b1, 0, acc[t], &g[(t + ahead) % NG],
                                           (t + ahead) / NG * kChunkBlocks);
     }
   }
@@ -1044,18 +1044,18 @@ inline void GroupRowsBf16(G g, const Problem& p, int64_t nb, float* y, int64_t l
   int64_t i = 0;
   for (; i + 3 <= p.m; i += 3) {
     __m512 acc[3][kPackRows];
-    GroupDots<3>(g, p.xb + i * p.kp, p.kp, nb, acc);
+    GroupDots<3>(g, p.xb + i * p.kp, p.kp, nb, 0, acc);
     StoreGroupSums<2>(acc, y + i * ldy, ldy);
     StoreGroupSums<1>(acc + 2, y + (i + 2) * ldy, ldy);
     if constexpr (G::kSpreadsPrefetch) ++g.spread.pass;
   }
   if (p.m - i == 2) {
     __m512 acc[2][kPackRows];
-    GroupDots<2>(g, p.xb + i * p.kp, p.kp, nb, acc);
+    GroupDots<2>(g, p.xb + i * p.kp, p.kp, nb, 0, acc);
     StoreGroupSums<2>(acc, y + i * ldy, ldy);
   } else if (p.m - i == 1) {
     __m512 acc[1][kPackRows];
-    GroupDots<1>(g, p.xb + i * p.kp, p.kp, nb, acc);
+    GroupDots<1>(g, p.xb + i * p.kp, p.kp, nb, 0, acc);
     StoreGroupSums<1>(acc, y + i * ldy, ldy);
   }
 }
@@ -1096,7 +1096,7 @@ template <int MR, int NR>
 KIMI_ALWAYS_INLINE void Mxfp4StripBf16(const Mxfp4Group g, const Problem& p, int64_t nb, int64_t i,
                                        int j0, float* y) {
   __m512 acc[MR][NR];
-  GroupDots<MR, NR>(g, p.xb + i * p.kp, p.kp, nb, acc, j0);
+  GroupDots<MR, NR>(g, p.xb + i * p.kp, p.kp, nb, j0, acc);
   StoreStripSums<MR, NR>(acc, y + i * p.ldy + j0, p.ldy);
 }
 
