@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/cpu_budget.h"
+
 namespace kimi::cpu {
 namespace {
 
@@ -19,7 +21,7 @@ int DefaultThreads() {
     const int n = std::atoi(env);
     if (n > 0) return n;
   }
-  return std::max(1u, std::thread::hardware_concurrency());
+  return ProcessCpuBudget().usable;  // not hardware_concurrency(): see cpu_budget.h
 }
 
 std::chrono::microseconds SpinBudget() {

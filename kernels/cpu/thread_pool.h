@@ -11,8 +11,9 @@
 // workers spin on it for a short while (KIMI_SPIN_US, default 300 us; yielding the core after 20
 // us) and then sleep on a futex, so a decode step's hundreds of short jobs cost about a microsecond
 // each to hand out, and an idle pool costs no CPU. While they wait, threads prefetch the memory
-// the caller named with SetIdleHints. The pool defaults to one thread per core, the caller
-// included: it never oversubscribes.
+// the caller named with SetIdleHints. The pool defaults to one thread per CPU the process may use
+// (its affinity mask and cgroup CPU quota: cpu_budget.h), the caller included: it never
+// oversubscribes.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +23,7 @@ namespace kimi::cpu {
 
 class ThreadPool {
  public:
-  // num_threads counts the calling thread; 0 means one per core (or $KIMI_NUM_THREADS).
+  // num_threads counts the calling thread; 0 means one per usable CPU (or $KIMI_NUM_THREADS).
   explicit ThreadPool(int num_threads = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;

@@ -1,0 +1,223 @@
+#include "kernels/cpu/cpu_budget.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include <sched.h>
+
+namespace kimi::cpu {
+namespace {
+
+std::vector<std::string_view> Lines(std::string_view s) {
+  std::vector<std::string_view> out;
+  while (!s.empty()) {
+    const size_t end = s.find('\n');
+    out.push_back(s.substr(0, end));
+    if (end == std::string_view::npos) break;
+    s.remove_prefix(end + 1);
+  }
+  return out;
+}
+
+// Whitespace-separated words.
+std::vector<std::string_view> Words(std::string_view s) {
+  std::vector<std::string_view> out;
+  size_t i = 0;
+  while (i < s.size()) {
+    while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
+    const size_t start = i;
+    while (i < s.size() && s[i] != ' ' && s[i] != '\t') ++i;
+    if (i > start) out.push_back(s.substr(start, i - start));
+  }
+  return out;
+}
+
+// Whether the comma-separated list has `token` as one of its items.
+bool HasItem(std::string_view list, std::string_view token) {
+  while (true) {
+    const size_t comma = list.find(',');
+    if (list.substr(0, comma) == token) return true;
+    if (comma == std::string_view::npos) return false;
+    list.remove_prefix(comma + 1);
+  }
+}
+
+// A whole number or decimal, surrounding whitespace allowed.
+std::optional<double> ParseNumber(std::string_view s) {
+  const std::vector<std::string_view> words = Words(s.substr(0, s.find('\n')));
+  if (words.size() != 1) return std::nullopt;
+  const std::string text(words[0]);
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+// mountinfo writes space, tab, newline and backslash in paths as \ooo (octal).
+std::string Unescape(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 3 < s.size()) {
+      const std::string_view digits = s.substr(i + 1, 3);
+      if (std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '7'; })) {
+        out.push_back(
+            static_cast<char>((digits[0] - '0') * 64 + (digits[1] - '0') * 8 + (digits[2] - '0')));
+        i += 3;
+        continue;
+      }
+    }
+    out.push_back(s[i]);
+  }
+  return out;
+}
+
+struct Mount {
+  std::string root;   // the hierarchy's directory mounted there ("/" unless a namespace or bind)
+  std::string point;  // where it is mounted
+};
+
+// The cgroup v2 hierarchy's mount, or (v2 false) the v1 hierarchy that has `controller`.
+std::optional<Mount> FindMount(std::string_view mountinfo, bool v2, std::string_view controller) {
+  for (std::string_view line : Lines(mountinfo)) {
+    // id parent major:minor root point options [optional fields] - fstype source super-options
+    const std::vector<std::string_view> f = Words(line);
+    const auto dash = std::find(f.begin(), f.end(), std::string_view("-"));
+    if (f.size() < 6 || dash - f.begin() < 6 || f.end() - dash < 4) continue;
+    const std::string_view fstype = dash[1], options = dash[3];
+    const bool match =
+        v2 ? fstype == "cgroup2" : fstype == "cgroup" && HasItem(options, controller);
+    if (match) return Mount{Unescape(f[3]), Unescape(f[4])};
+  }
+  return std::nullopt;
+}
+
+// The process's group in a hierarchy (/proc/self/cgroup): "0::PATH" for v2, "ID:CONTROLLERS:PATH"
+// with `controller` among the controllers for v1.
+std::optional<std::string> GroupPath(std::string_view proc_self_cgroup, bool v2,
+                                     std::string_view controller) {
+  for (std::string_view line : Lines(proc_self_cgroup)) {
+    const size_t c1 = line.find(':');
+    if (c1 == std::string_view::npos) continue;
+    const size_t c2 = line.find(':', c1 + 1);
+    if (c2 == std::string_view::npos) continue;
+    const std::string_view id = line.substr(0, c1), controllers = line.substr(c1 + 1, c2 - c1 - 1);
+    const bool match = v2 ? id == "0" && controllers.empty() : HasItem(controllers, controller);
+    if (match) return std::string(line.substr(c2 + 1));
+  }
+  return std::nullopt;
+}
+
+// The group's directory and each parent's up to the mount point, innermost first. A group outside
+// the mount's root (not visible from this mount namespace) gives the mount point alone.
+std::vector<std::string> Ancestry(const Mount& m, std::string path) {
+  std::string rel;
+  if (m.root == "/") {
+    rel = path;
+  } else if (path.compare(0, m.root.size(), m.root) == 0 &&
+             (path.size() == m.root.size() || path[m.root.size()] == '/')) {
+    rel = path.substr(m.root.size());
+  }
+  while (!rel.empty() && rel.back() == '/') rel.pop_back();
+  std::string base = m.point;  // joined with the groups' paths, which start with '/'
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  std::vector<std::string> dirs;
+  std::string dir = base + rel;
+  while (true) {
+    dirs.push_back(dir.empty() ? "/" : dir);
+    if (dir.size() <= base.size()) break;
+    dir.resize(std::max(dir.rfind('/'), base.size()));
+  }
+  return dirs;
+}
+
+std::optional<double> Smaller(std::optional<double> a, std::optional<double> b) {
+  if (!a) return b;
+  if (!b) return a;
+  return std::min(*a, *b);
+}
+
+std::optional<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+std::optional<double> ParseCpuMax(std::string_view cpu_max) {
+  const std::vector<std::string_view> w = Words(cpu_max.substr(0, cpu_max.find('\n')));
+  if (w.empty() || w.size() > 2 || w[0] == "max") return std::nullopt;
+  const std::optional<double> quota = ParseNumber(w[0]);
+  const std::optional<double> period = w.size() == 2 ? ParseNumber(w[1]) : 100000.0;
+  if (!quota || !period || *quota <= 0 || *period <= 0) return std::nullopt;
+  return *quota / *period;
+}
+
+std::optional<double> ParseCfsQuota(std::string_view quota_us, std::string_view period_us) {
+  const std::optional<double> quota = ParseNumber(quota_us), period = ParseNumber(period_us);
+  if (!quota || !period || *quota <= 0 || *period <= 0) return std::nullopt;  // -1: no limit
+  return *quota / *period;
+}
+
+std::optional<double> CgroupCpuLimit(std::string_view proc_self_cgroup, std::string_view mountinfo,
+                                     const ReadFileFn& read_file) {
+  std::optional<double> limit;
+  // v2 (unified): cpu.max in every group. Systems in the hybrid layout may have both
+  // hierarchies, with the cpu controller in v1; the smaller limit of the two applies.
+  const std::optional<std::string> v2_path = GroupPath(proc_self_cgroup, true, "");
+  const std::optional<Mount> v2_mount = FindMount(mountinfo, true, "");
+  if (v2_path && v2_mount) {
+    for (const std::string& dir : Ancestry(*v2_mount, *v2_path)) {
+      if (auto text = read_file(dir + "/cpu.max")) limit = Smaller(limit, ParseCpuMax(*text));
+    }
+  }
+  const std::optional<std::string> v1_path = GroupPath(proc_self_cgroup, false, "cpu");
+  const std::optional<Mount> v1_mount = FindMount(mountinfo, false, "cpu");
+  if (v1_path && v1_mount) {
+    for (const std::string& dir : Ancestry(*v1_mount, *v1_path)) {
+      const auto quota = read_file(dir + "/cpu.cfs_quota_us");
+      const auto period = read_file(dir + "/cpu.cfs_period_us");
+      if (quota && period) limit = Smaller(limit, ParseCfsQuota(*quota, *period));
+    }
+  }
+  return limit;
+}
+
+CpuBudget ProcessCpuBudget() {
+  CpuBudget b;
+  b.online = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  b.affinity = b.online;
+  // A mask large enough for any CPU number the kernel may report (CPU_SETSIZE is 1024).
+  const int max_cpus = std::max(b.online, 1024) * 4;
+  cpu_set_t* set = CPU_ALLOC(max_cpus);
+  if (set != nullptr) {
+    const size_t bytes = CPU_ALLOC_SIZE(max_cpus);
+    CPU_ZERO_S(bytes, set);
+    if (sched_getaffinity(0, bytes, set) == 0) b.affinity = std::max(1, CPU_COUNT_S(bytes, set));
+    CPU_FREE(set);
+  }
+  b.quota = CgroupCpuLimit(ReadWholeFile("/proc/self/cgroup").value_or(""),
+                           ReadWholeFile("/proc/self/mountinfo").value_or(""), ReadWholeFile);
+  b.usable = b.affinity;
+  if (b.quota) b.usable = std::min(b.usable, std::max(1, static_cast<int>(std::ceil(*b.quota))));
+  return b;
+}
+
+std::string DescribeCpuBudget(const CpuBudget& b) {
+  char quota[48] = "no cgroup CPU quota";
+  if (b.quota) std::snprintf(quota, sizeof quota, "cgroup CPU quota %.2f", *b.quota);
+  char line[160];
+  std::snprintf(line, sizeof line, "%d CPU%s (%d of %d online in the affinity mask, %s)", b.usable,
+                b.usable == 1 ? "" : "s", b.affinity, b.online, quota);
+  return line;
+}
+
+}  // namespace kimi::cpu

@@ -1,0 +1,45 @@
+// How many CPUs this process may use, for sizing its thread pool: the CPUs of its affinity mask
+// (taskset, a container's cpuset, mpirun's binding), capped by its cgroup CPU quota (docker --cpus,
+// a Kubernetes CPU limit) rounded up. std::thread::hardware_concurrency() counts every online CPU
+// of the machine: a server limited to 4 CPUs of a 64-core host would start 64 threads, whose spins
+// and futex waits then take turns on 4 (each parallel section waiting on descheduled parts).
+//
+// The quota is the smallest along the process's cgroup and its ancestors (a limit on a parent,
+// such as a Kubernetes pod or a systemd slice, binds every group under it): cgroup v2 `cpu.max`,
+// cgroup v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us`, found through /proc/self/cgroup and
+// /proc/self/mountinfo.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace kimi::cpu {
+
+struct CpuBudget {
+  int online = 1;               // CPUs of the machine (std::thread::hardware_concurrency)
+  int affinity = 1;             // CPUs in the process's affinity mask
+  std::optional<double> quota;  // the cgroup CPU limit, in CPUs, when there is one
+  int usable = 1;               // min(affinity, ceil(quota)), at least 1
+};
+
+// This process's budget, read now (the calling thread's affinity mask).
+CpuBudget ProcessCpuBudget();
+
+// One line for logs: "4 CPUs (8 of 64 online in the affinity mask, cgroup quota 3.5)".
+std::string DescribeCpuBudget(const CpuBudget& b);
+
+// The pieces, on given file contents (for tests).
+// cgroup v2 cpu.max: "max PERIOD" (no limit) or "QUOTA PERIOD", in microseconds.
+std::optional<double> ParseCpuMax(std::string_view cpu_max);
+// cgroup v1: cpu.cfs_quota_us (-1: no limit) over cpu.cfs_period_us.
+std::optional<double> ParseCfsQuota(std::string_view quota_us, std::string_view period_us);
+// The limit over the process's cgroups named in `proc_self_cgroup` (the contents of
+// /proc/self/cgroup), their controllers mounted as `mountinfo` says (/proc/self/mountinfo), their
+// files read through read_file (nullopt: no such file). nullopt: no limit anywhere.
+using ReadFileFn = std::function<std::optional<std::string>(const std::string& path)>;
+std::optional<double> CgroupCpuLimit(std::string_view proc_self_cgroup, std::string_view mountinfo,
+                                     const ReadFileFn& read_file);
+
+}  // namespace kimi::cpu
