@@ -85,7 +85,8 @@ const std::vector<Setting>& Settings() {
       {"tls.key_file", "--tls-key", &ServerConfig::tls_key_file, "server private key (PEM)"},
       {"tls.client_ca_file", "--tls-client-ca", &ServerConfig::tls_client_ca_file,
        "CA for client certificates (PEM); set: mutual TLS"},
-      {"logging.level", "--log-level", &ServerConfig::log_level, "trace, debug, info, warn, error"},
+      {"logging.level", "--log-level", &ServerConfig::log_level,
+       "trace, debug, info, warn, error"},
       {"logging.log_prompts", "", &ServerConfig::log_prompts,
        "include prompt text in request logs"},
   };
@@ -158,8 +159,8 @@ std::string ValueText(const Setting& s, const ServerConfig& c) {
 bool ValidAddress(const std::string& a) {
   const size_t colon = a.rfind(':');
   int port;
-  return colon != std::string::npos && colon > 0 && absl::SimpleAtoi(a.substr(colon + 1), &port) &&
-         port >= 0 && port <= 65535;
+  return colon != std::string::npos && colon > 0 &&
+         absl::SimpleAtoi(a.substr(colon + 1), &port) && port >= 0 && port <= 65535;
 }
 
 #ifdef KIMI_HAVE_CUDA
@@ -283,8 +284,7 @@ absl::Status Validate(const ServerConfig& c) {
       return bad("model.device", "this kimi-server was built without CUDA (nvcc was not found)");
     }
     if (c.tp * c.ep * c.pp > 1) {
-      return bad("model.device",
-                 "cuda serves one GPU in one process (parallel.tp/ep/pp must be 1)");
+      return bad("model.device", "cuda serves one GPU in one process (parallel.tp/ep/pp must be 1)");
     }
   }
   if (c.threads < 0) return bad("model.threads", "must be >= 0");
@@ -293,8 +293,8 @@ absl::Status Validate(const ServerConfig& c) {
   if (!ValidAddress(c.metrics_listen)) return bad("server.metrics_listen", "expected host:port");
   if (c.max_request_bytes < 1024) return bad("server.max_request_bytes", "must be >= 1024");
   if (c.drain_timeout_seconds < 0) return bad("server.drain_timeout_seconds", "must be >= 0");
-  for (auto [key, v] :
-       {std::pair{"parallel.tp", c.tp}, {"parallel.ep", c.ep}, {"parallel.pp", c.pp}}) {
+  for (auto [key, v] : {std::pair{"parallel.tp", c.tp}, {"parallel.ep", c.ep},
+                        {"parallel.pp", c.pp}}) {
     if (v < 1) return bad(key, "must be >= 1");
   }
   if (c.replicate_threshold < 0) return bad("parallel.replicate_threshold", "must be >= 0");
@@ -308,8 +308,7 @@ absl::Status Validate(const ServerConfig& c) {
   if (c.max_running < 1) return bad("batching.max_running", "must be >= 1");
   if (c.token_budget < 64) return bad("batching.token_budget", "must be >= 64 (one KDA chunk)");
   if (c.max_waiting < 1) return bad("batching.max_waiting", "must be >= 1");
-  if (c.page_size < 1 || c.page_size > 1024)
-    return bad("batching.page_size", "must be in [1, 1024]");
+  if (c.page_size < 1 || c.page_size > 1024) return bad("batching.page_size", "must be in [1, 1024]");
   if (c.prefix_interval < 0 || c.prefix_interval % 64 != 0 ||
       (c.prefix_interval > 0 && c.prefix_interval % c.page_size != 0)) {
     return bad("batching.prefix_interval",
@@ -355,8 +354,8 @@ std::string HelpText() {
     }
     std::string flags = absl::StrCat("--", key);
     if (*s.flag) flags = absl::StrCat(s.flag, ", ", flags);
-    absl::StrAppend(&out, "  ", key.substr(key.find('.') + 1), "  (", flags, ", default ",
-                    ValueText(s, defaults), ")\n      ", s.help, "\n");
+    absl::StrAppend(&out, "  ", key.substr(key.find('.') + 1), "  (", flags,
+                    ", default ", ValueText(s, defaults), ")\n      ", s.help, "\n");
   }
   absl::StrAppend(&out,
                   "\nSignals: SIGTERM/SIGINT stop accepting, report NOT_SERVING, let running "
@@ -380,7 +379,8 @@ std::string ExampleYaml() {
     std::string value = ValueText(s, defaults);
     if (key == "model.path") value = "\"models/k3-tiny\"";
     if (key == "model.name") value = "\"k3-tiny\"";
-    absl::StrAppend(&out, "  # ", s.help, "\n  ", key.substr(key.find('.') + 1), ": ", value, "\n");
+    absl::StrAppend(&out, "  # ", s.help, "\n  ", key.substr(key.find('.') + 1), ": ", value,
+                    "\n");
   }
   return out;
 }

@@ -17,7 +17,7 @@ struct ServerConfig {
   std::string model_name;  // served name; default: the model directory's name
   std::string activation_dtype = "fp32";
   std::string device = "cpu";
-  int64_t threads = 0;      // engine threads; 0 = one per usable CPU
+  int64_t threads = 0;  // engine threads; 0 = one per usable CPU
   int64_t max_context = 0;  // prompt + output limit; 0 = the model's own
   // server
   std::string listen = "127.0.0.1:50051";
@@ -42,7 +42,7 @@ struct ServerConfig {
   int64_t prefix_interval = 256;
   std::string preemption = "swap";
   // limits
-  int64_t max_tokens = 4096;  // largest max_tokens a request may ask for
+  int64_t max_tokens = 4096;          // largest max_tokens a request may ask for
   int64_t max_stop_strings = 8;
   int64_t max_stop_string_bytes = 256;
   int64_t max_logprobs = 20;

@@ -1,17 +1,18 @@
 // kimi-server: loads a checkpoint and serves kimi.v1.Generation over gRPC, with health, reflection
 // and Prometheus metrics. Start-up order: listen first (health NOT_SERVING, requests UNAVAILABLE),
 // load the model, run a warm-up step, then report SERVING. SIGTERM/SIGINT drain and exit 0.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
-
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
-#include <spdlog/spdlog.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -20,7 +21,6 @@
 #include "engine/distributed.h"
 #include "kernels/cpu/cpu_budget.h"
 #include "kernels/cpu/thread_pool.h"
-#include <signal.h>
 #ifdef KIMI_HAVE_CUDA
 #include "engine/cuda/cuda_step_runner.h"
 #endif
@@ -58,8 +58,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const Serve
 
 EngineOptions EngineOptionsOf(const ServerConfig& c) {
   EngineOptions o;
-  o.activation =
-      c.activation_dtype == "bf16" ? cpu::ActivationDtype::kBf16 : cpu::ActivationDtype::kF32;
+  o.activation = c.activation_dtype == "bf16" ? cpu::ActivationDtype::kBf16
+                                              : cpu::ActivationDtype::kF32;
   return o;
 }
 
@@ -67,8 +67,7 @@ EngineOptions EngineOptionsOf(const ServerConfig& c) {
 sched::SchedulerConfig Pools(const ServerConfig& c, const ModelConfig& m) {
   sched::SchedulerConfig s;
   const int64_t slot_bytes = std::max<int64_t>(1, KdaStatePool::SlotBytes(m));
-  s.max_running =
-      std::max<int64_t>(1, std::min(c.max_running, (c.kda_state_mib << 20) / slot_bytes));
+  s.max_running = std::max<int64_t>(1, std::min(c.max_running, (c.kda_state_mib << 20) / slot_bytes));
   const int64_t page_bytes = std::max<int64_t>(1, MlaKvCache::BytesPerToken(m) * c.page_size);
   s.num_pages = std::max<int64_t>(1, (c.kv_cache_mib << 20) / page_bytes);
   s.page_size = c.page_size;
@@ -167,8 +166,8 @@ int Follow(const ServerConfig& c, Cluster& cl) {
   opts.memory = WeightMemory::kMap;  // map the files; only this shard's pages are touched
   auto model = Model::Load(c.model_path, opts);
   if (!model.ok()) {
-    MpiCommunicator::Abort(
-        absl::StrCat("rank ", cl.rank(), ": cannot load model: ", model.status().message()));
+    MpiCommunicator::Abort(absl::StrCat("rank ", cl.rank(), ": cannot load model: ",
+                                        model.status().message()));
   }
   spdlog::info("{} (pid {})", (*model)->shard().Describe(), getpid());
   LogThreads();
@@ -249,8 +248,7 @@ int Run(int argc, char** argv) {
   auto cluster = JoinCluster(c);
   if (!cluster.ok()) {
     spdlog::error("{}", std::string(cluster.status().message()));
-    if (MpiCommunicator::LaunchedWithMpi())
-      MpiCommunicator::Abort(std::string(cluster.status().message()));
+    if (MpiCommunicator::LaunchedWithMpi()) MpiCommunicator::Abort(std::string(cluster.status().message()));
     return 2;
   }
   if (cluster->rank() != 0) return Follow(c, *cluster);
@@ -293,10 +291,11 @@ int Run(int argc, char** argv) {
   // Ports resolved (":0" picks a free one): tests read them from this line.
   const std::string host = c.listen.substr(0, c.listen.rfind(':'));
   const std::string mhost = c.metrics_listen.substr(0, c.metrics_listen.rfind(':'));
-  spdlog::info(
-      "gRPC listening on {}:{} ({}), metrics on http://{}:{}/metrics; loading {}", host, port,
-      c.tls_cert_file.empty() ? "plaintext" : (c.tls_client_ca_file.empty() ? "TLS" : "mutual TLS"),
-      mhost, b.metrics->port(), c.model_path);
+  spdlog::info("gRPC listening on {}:{} ({}), metrics on http://{}:{}/metrics; loading {}", host,
+               port,
+               c.tls_cert_file.empty() ? "plaintext"
+                                       : (c.tls_client_ca_file.empty() ? "TLS" : "mutual TLS"),
+               mhost, b.metrics->port(), c.model_path);
 
   // Load in the background so health and signals answer meanwhile.
   std::atomic<int> load_result{-1};
@@ -369,11 +368,10 @@ int Run(int argc, char** argv) {
     b.loop = std::make_unique<sched::EngineLoop>(*b.model, std::move(lc), std::move(runner));
     b.metrics->SetPools(b.loop->Stats());
     const sched::SchedulerStats st = b.loop->Stats();
-    spdlog::info(
-        "pools: {} KDA state slots ({} B each), {} KV pages of {} tokens, AttnRes cache "
-        "{} B for {} tokens/step; concurrency {} (minimum over pools)",
-        st.slots_total, KdaStatePool::SlotBytes(b.model->config()), st.pages_total, c.page_size,
-        st.attn_res_bytes_total, c.token_budget, b.loop->Concurrency());
+    spdlog::info("pools: {} KDA state slots ({} B each), {} KV pages of {} tokens, AttnRes cache "
+                 "{} B for {} tokens/step; concurrency {} (minimum over pools)",
+                 st.slots_total, KdaStatePool::SlotBytes(b.model->config()), st.pages_total,
+                 c.page_size, st.attn_res_bytes_total, c.token_budget, b.loop->Concurrency());
     b.loop->Start();
     if (absl::Status s = WarmUp(b); !s.ok()) {
       spdlog::error("{}", std::string(s.message()));
@@ -401,8 +399,7 @@ int Run(int argc, char** argv) {
                c.drain_timeout_seconds);
   health->SetServingStatus(false);
   if (b.loop) {
-    b.loop->Shutdown(
-        std::chrono::milliseconds(static_cast<int64_t>(c.drain_timeout_seconds * 1000)));
+    b.loop->Shutdown(std::chrono::milliseconds(static_cast<int64_t>(c.drain_timeout_seconds * 1000)));
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   spdlog::info("stopped");
