@@ -27,7 +27,7 @@ struct CpuBudget {
 // This process's budget, read now (the calling thread's affinity mask).
 CpuBudget ProcessCpuBudget();
 
-// One line for logs: "4 CPUs (8 of 64 online in the affinity mask, cgroup quota 3.5)".
+// One line for logs: "4 CPUs (8 of 64 online in the affinity mask, cgroup CPU quota 3.50)".
 std::string DescribeCpuBudget(const CpuBudget& b);
 
 // The pieces, on given file contents (for tests).
