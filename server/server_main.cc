@@ -151,11 +151,19 @@ absl::StatusOr<Cluster> JoinCluster(const ServerConfig& c) {
   return cl;
 }
 
-// The engine's threads and the CPUs they were sized by ($KIMI_NUM_THREADS / --threads override).
+// The engine's threads and the CPUs they were sized by ($KIMI_NUM_THREADS / --threads override;
+// more threads than CPUs is allowed, with a warning: its spinning workers take turns).
 void LogThreads() {
-  spdlog::info("engine threads: {}; this process may use {}",
-               cpu::ThreadPool::Global().num_threads(),
-               cpu::DescribeCpuBudget(cpu::ProcessCpuBudget()));
+  const int threads = cpu::ThreadPool::Global().num_threads();
+  const cpu::CpuBudget budget = cpu::ProcessCpuBudget();
+  spdlog::info("engine threads: {}; this process may use {}", threads,
+               cpu::DescribeCpuBudget(budget));
+  if (threads > budget.usable) {
+    spdlog::warn(
+        "{} engine threads for {} usable CPU{}: they will take turns and wait on each "
+        "other (model.threads / --threads 0 sizes the pool to the CPUs)",
+        threads, budget.usable, budget.usable == 1 ? "" : "s");
+  }
 }
 
 // Every rank but 0: load this rank's shard and follow rank 0's steps until it says stop.
