@@ -14,6 +14,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "kernels/cpu/cpu_budget.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tools/bench/bench.h"
@@ -73,7 +74,9 @@ int main(int argc, char** argv) {
         "scheduler.overhead.b64\nmatvec.mxfp4\nmatvec.bf16\nmla.decode.64k\n");
     return 0;
   }
-  ctx.Log(absl::StrCat("threads ", kimi::cpu::ThreadPool::Global().num_threads(), ", isa ",
+  ctx.Log(absl::StrCat("threads ", kimi::cpu::ThreadPool::Global().num_threads(),
+                       " (the process may use ",
+                       kimi::cpu::DescribeCpuBudget(kimi::cpu::ProcessCpuBudget()), "), isa ",
                        kimi::cpu::IsaName(kimi::cpu::MatMulIsa()), ", repeats ", ctx.repeats));
 
   // The roofline figures (batched decode, prefill.<N>) measure the GEMM peak in their own rounds:
