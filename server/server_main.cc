@@ -241,14 +241,14 @@ int Run(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  // Ranks share the CPUs this process may use (its affinity mask and cgroup quota, which a
-  // launcher's binding or a container sets): by default each takes its share (Open MPI says how
-  // many ranks run on this node).
+  // Ranks share the CPUs of their cgroup (its cpuset and quota), within what each may use (its
+  // affinity mask, which a launcher's binding narrows): by default each takes its share (Open MPI
+  // says how many ranks run on this node; cpu_budget.h).
   if (c.threads == 0) {
     if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) {
       const int ranks_here = std::max(1, std::atoi(local));
-      const int cpus = cpu::ProcessCpuBudget().usable;
-      setenv("KIMI_NUM_THREADS", std::to_string(std::max(1, cpus / ranks_here)).c_str(), 1);
+      const int threads = cpu::RankThreads(cpu::ProcessCpuBudget(), ranks_here);
+      setenv("KIMI_NUM_THREADS", std::to_string(threads).c_str(), 1);
     }
   }
   // Followers keep SIGTERM/SIGINT blocked for good: they stop when rank 0 tells them (after its

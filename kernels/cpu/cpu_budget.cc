@@ -167,6 +167,26 @@ std::optional<double> ParseCfsQuota(std::string_view quota_us, std::string_view 
   return *quota / *period;
 }
 
+std::optional<int> ParseCpuList(std::string_view list) {
+  const std::vector<std::string_view> words = Words(list.substr(0, list.find('\n')));
+  if (words.size() != 1) return std::nullopt;
+  int count = 0;
+  std::string_view rest = words[0];
+  while (true) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    const size_t dash = item.find('-');
+    const std::optional<double> lo = ParseNumber(item.substr(0, dash));
+    const std::optional<double> hi =
+        dash == std::string_view::npos ? lo : ParseNumber(item.substr(dash + 1));
+    if (!lo || !hi || *lo < 0 || *hi < *lo) return std::nullopt;
+    count += static_cast<int>(*hi - *lo) + 1;
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  return count;
+}
+
 std::optional<double> CgroupCpuLimit(std::string_view proc_self_cgroup, std::string_view mountinfo,
                                      const ReadFileFn& read_file) {
   std::optional<double> limit;
@@ -191,6 +211,32 @@ std::optional<double> CgroupCpuLimit(std::string_view proc_self_cgroup, std::str
   return limit;
 }
 
+std::optional<int> CgroupCpusetCpus(std::string_view proc_self_cgroup, std::string_view mountinfo,
+                                    const ReadFileFn& read_file) {
+  // v2: a group without the cpuset controller has no file and takes its parent's CPUs.
+  const std::optional<std::string> v2_path = GroupPath(proc_self_cgroup, true, "");
+  const std::optional<Mount> v2_mount = FindMount(mountinfo, true, "");
+  if (v2_path && v2_mount) {
+    for (const std::string& dir : Ancestry(*v2_mount, *v2_path)) {
+      if (auto text = read_file(dir + "/cpuset.cpus.effective")) {
+        if (auto n = ParseCpuList(*text)) return n;
+      }
+    }
+  }
+  const std::optional<std::string> v1_path = GroupPath(proc_self_cgroup, false, "cpuset");
+  const std::optional<Mount> v1_mount = FindMount(mountinfo, false, "cpuset");
+  if (v1_path && v1_mount) {
+    for (const std::string& dir : Ancestry(*v1_mount, *v1_path)) {
+      for (const char* file : {"/cpuset.effective_cpus", "/cpuset.cpus"}) {
+        if (auto text = read_file(dir + file)) {
+          if (auto n = ParseCpuList(*text)) return n;
+        }
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 CpuBudget ProcessCpuBudget() {
   CpuBudget b;
   b.online = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -204,19 +250,28 @@ CpuBudget ProcessCpuBudget() {
     if (sched_getaffinity(0, bytes, set) == 0) b.affinity = std::max(1, CPU_COUNT_S(bytes, set));
     CPU_FREE(set);
   }
-  b.quota = CgroupCpuLimit(ReadWholeFile("/proc/self/cgroup").value_or(""),
-                           ReadWholeFile("/proc/self/mountinfo").value_or(""), ReadWholeFile);
-  b.usable = b.affinity;
-  if (b.quota) b.usable = std::min(b.usable, std::max(1, static_cast<int>(std::ceil(*b.quota))));
+  const std::string cgroup = ReadWholeFile("/proc/self/cgroup").value_or("");
+  const std::string mountinfo = ReadWholeFile("/proc/self/mountinfo").value_or("");
+  b.quota = CgroupCpuLimit(cgroup, mountinfo, ReadWholeFile);
+  b.group = std::clamp(CgroupCpusetCpus(cgroup, mountinfo, ReadWholeFile).value_or(b.online),
+                       b.affinity, std::max(b.online, b.affinity));
+  const int quota_cpus = b.quota ? std::max(1, static_cast<int>(std::ceil(*b.quota))) : b.group;
+  b.usable = std::min(b.affinity, quota_cpus);
+  b.shared = std::min(b.group, quota_cpus);
   return b;
+}
+
+int RankThreads(const CpuBudget& b, int ranks) {
+  return std::max(1, std::min(b.usable, b.shared / std::max(1, ranks)));
 }
 
 std::string DescribeCpuBudget(const CpuBudget& b) {
   char quota[48] = "no cgroup CPU quota";
   if (b.quota) std::snprintf(quota, sizeof quota, "cgroup CPU quota %.2f", *b.quota);
-  char line[160];
-  std::snprintf(line, sizeof line, "%d CPU%s (%d of %d online in the affinity mask, %s)", b.usable,
-                b.usable == 1 ? "" : "s", b.affinity, b.online, quota);
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "%d CPU%s (%d in the affinity mask, %d in the cgroup's cpuset, %d online; %s)",
+                b.usable, b.usable == 1 ? "" : "s", b.affinity, b.group, b.online, quota);
   return line;
 }
 

@@ -7,7 +7,9 @@
 // The quota is the smallest along the process's cgroup and its ancestors (a limit on a parent,
 // such as a Kubernetes pod or a systemd slice, binds every group under it): cgroup v2 `cpu.max`,
 // cgroup v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us`, found through /proc/self/cgroup and
-// /proc/self/mountinfo.
+// /proc/self/mountinfo. The group's cpuset (v2 `cpuset.cpus.effective`, v1
+// `cpuset.effective_cpus`) says what the processes of the group share: ranks that a launcher bound
+// to a part of it each have a narrower affinity mask.
 #pragma once
 
 #include <functional>
@@ -19,27 +21,43 @@ namespace kimi::cpu {
 
 struct CpuBudget {
   int online = 1;               // CPUs of the machine (std::thread::hardware_concurrency)
+  int group = 1;                // CPUs of the cgroup's cpuset (the online ones without one)
   int affinity = 1;             // CPUs in the process's affinity mask
   std::optional<double> quota;  // the cgroup CPU limit, in CPUs, when there is one
-  int usable = 1;               // min(affinity, ceil(quota)), at least 1
+  int usable = 1;               // min(affinity, ceil(quota)), at least 1: this process's own
+  int shared = 1;               // min(group, ceil(quota)), at least 1: its group's together
 };
 
 // This process's budget, read now (the calling thread's affinity mask).
 CpuBudget ProcessCpuBudget();
 
-// One line for logs: "4 CPUs (8 of 64 online in the affinity mask, cgroup CPU quota 3.50)".
+// One line for logs: "4 CPUs (8 in the affinity mask, 16 in the cgroup's cpuset, 64 online;
+// cgroup CPU quota 3.50)".
 std::string DescribeCpuBudget(const CpuBudget& b);
+
+// Threads for each of `ranks` processes started together on this machine (mpirun's ranks of one
+// node): a share of what their group may use, and no more than this one may:
+// min(usable, shared / ranks), at least 1. Unbound ranks split the group's CPUs; ranks bound to a
+// socket each take their share of the whole, which fits in their socket; ranks bound to a core
+// each get that core.
+int RankThreads(const CpuBudget& b, int ranks);
 
 // The pieces, on given file contents (for tests).
 // cgroup v2 cpu.max: "max PERIOD" (no limit) or "QUOTA PERIOD", in microseconds.
 std::optional<double> ParseCpuMax(std::string_view cpu_max);
 // cgroup v1: cpu.cfs_quota_us (-1: no limit) over cpu.cfs_period_us.
 std::optional<double> ParseCfsQuota(std::string_view quota_us, std::string_view period_us);
+// A CPU list ("0-3,8,10-11\n"): how many CPUs it names; nullopt when empty or malformed.
+std::optional<int> ParseCpuList(std::string_view list);
 // The limit over the process's cgroups named in `proc_self_cgroup` (the contents of
 // /proc/self/cgroup), their controllers mounted as `mountinfo` says (/proc/self/mountinfo), their
 // files read through read_file (nullopt: no such file). nullopt: no limit anywhere.
 using ReadFileFn = std::function<std::optional<std::string>(const std::string& path)>;
 std::optional<double> CgroupCpuLimit(std::string_view proc_self_cgroup, std::string_view mountinfo,
                                      const ReadFileFn& read_file);
+// The CPUs of the process's cpuset group (the innermost group up the hierarchy that has the file;
+// v2 first). nullopt: no cpuset hierarchy or file.
+std::optional<int> CgroupCpusetCpus(std::string_view proc_self_cgroup, std::string_view mountinfo,
+                                    const ReadFileFn& read_file);
 
 }  // namespace kimi::cpu

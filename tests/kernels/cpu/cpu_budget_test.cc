@@ -106,6 +106,56 @@ TEST(CpuBudget, CgroupV1CpuControllerAndHybridLayouts) {
   EXPECT_EQ(CgroupCpuLimit(cgroup, mount, Files(files)), 1.0);
 }
 
+TEST(CpuBudget, ParsesCpuLists) {
+  EXPECT_EQ(ParseCpuList("0-3\n"), 4);
+  EXPECT_EQ(ParseCpuList("0-3,8,10-11"), 7);
+  EXPECT_EQ(ParseCpuList("5"), 1);
+  EXPECT_EQ(ParseCpuList("\n"), std::nullopt);  // an empty cpuset
+  EXPECT_EQ(ParseCpuList("3-1"), std::nullopt);
+  EXPECT_EQ(ParseCpuList("0-x"), std::nullopt);
+}
+
+TEST(CpuBudget, CgroupCpusetFromTheInnermostGroupThatHasOne) {
+  // v2: the container's group has no cpuset controller; its parent's effective CPUs apply.
+  const std::string cgroup = "0::/kubepods.slice/pod1/ctr\n";
+  EXPECT_EQ(CgroupCpusetCpus(
+                cgroup, kV2Mount,
+                Files({{"/sys/fs/cgroup/kubepods.slice/pod1/cpuset.cpus.effective", "4-11\n"},
+                       {"/sys/fs/cgroup/cpuset.cpus.effective", "0-63\n"}})),
+            8);
+  // v1: the cpuset hierarchy's own mount.
+  const std::string mount =
+      "31 22 0:27 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset\n"
+      "32 22 0:28 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n";
+  EXPECT_EQ(
+      CgroupCpusetCpus("3:cpuset:/docker/abc\n4:cpu,cpuacct:/docker/abc\n", mount,
+                       Files({{"/sys/fs/cgroup/cpuset/docker/abc/cpuset.effective_cpus", "0-1\n"},
+                              {"/sys/fs/cgroup/cpuset/cpuset.effective_cpus", "0-15\n"}})),
+      2);
+  EXPECT_EQ(CgroupCpusetCpus("0::/\n", kV2Mount, Files({})), std::nullopt);
+}
+
+// mpirun's ranks of one node: unbound, bound to a socket each (two per socket), bound to a core
+// each, and in a container (cpuset, or quota) that all of them share.
+TEST(CpuBudget, RanksShareTheirGroupWithinTheirOwnMask) {
+  CpuBudget unbound{
+      .online = 32, .group = 32, .affinity = 32, .quota = std::nullopt, .usable = 32, .shared = 32};
+  EXPECT_EQ(RankThreads(unbound, 4), 8);
+  EXPECT_EQ(RankThreads(unbound, 1), 32);
+  CpuBudget socket{
+      .online = 32, .group = 32, .affinity = 16, .quota = std::nullopt, .usable = 16, .shared = 32};
+  EXPECT_EQ(RankThreads(socket, 4), 8);
+  CpuBudget core{
+      .online = 16, .group = 16, .affinity = 1, .quota = std::nullopt, .usable = 1, .shared = 16};
+  EXPECT_EQ(RankThreads(core, 2), 1);
+  CpuBudget cpuset{
+      .online = 64, .group = 8, .affinity = 8, .quota = std::nullopt, .usable = 8, .shared = 8};
+  EXPECT_EQ(RankThreads(cpuset, 2), 4);
+  CpuBudget quota{
+      .online = 64, .group = 64, .affinity = 64, .quota = 4.0, .usable = 4, .shared = 4};
+  EXPECT_EQ(RankThreads(quota, 8), 1);  // never below one
+}
+
 TEST(CpuBudget, ThisProcessIsWithinTheMachine) {
   const CpuBudget b = ProcessCpuBudget();
   EXPECT_GE(b.online, 1);
@@ -113,6 +163,10 @@ TEST(CpuBudget, ThisProcessIsWithinTheMachine) {
   EXPECT_LE(b.affinity, b.online);
   EXPECT_GE(b.usable, 1);
   EXPECT_LE(b.usable, b.affinity);
+  EXPECT_GE(b.group, b.affinity);
+  EXPECT_LE(b.group, b.online);
+  EXPECT_GE(b.shared, b.usable);
+  EXPECT_LE(b.shared, b.group);
   if (b.quota) {
     EXPECT_LE(b.usable, std::max(1.0, *b.quota + 1.0));
   }
