@@ -136,6 +136,19 @@ std::vector<std::string> Ancestry(const Mount& m, std::string path) {
   return dirs;
 }
 
+// fn(dir) for the process's group in a hierarchy (v2, or the v1 one with `controller`) and then
+// each parent up to the mount point, until fn returns true. Nothing without that hierarchy.
+template <class Fn>
+void WalkGroups(std::string_view proc_self_cgroup, std::string_view mountinfo, bool v2,
+                std::string_view controller, Fn fn) {
+  const std::optional<std::string> path = GroupPath(proc_self_cgroup, v2, controller);
+  const std::optional<Mount> mount = FindMount(mountinfo, v2, controller);
+  if (!path || !mount) return;
+  for (const std::string& dir : Ancestry(*mount, *path)) {
+    if (fn(dir)) return;
+  }
+}
+
 std::optional<double> Smaller(std::optional<double> a, std::optional<double> b) {
   if (!a) return b;
   if (!b) return a;
@@ -189,52 +202,38 @@ std::optional<int> ParseCpuList(std::string_view list) {
 
 std::optional<double> CgroupCpuLimit(std::string_view proc_self_cgroup, std::string_view mountinfo,
                                      const ReadFileFn& read_file) {
-  std::optional<double> limit;
   // v2 (unified): cpu.max in every group. Systems in the hybrid layout may have both
   // hierarchies, with the cpu controller in v1; the smaller limit of the two applies.
-  const std::optional<std::string> v2_path = GroupPath(proc_self_cgroup, true, "");
-  const std::optional<Mount> v2_mount = FindMount(mountinfo, true, "");
-  if (v2_path && v2_mount) {
-    for (const std::string& dir : Ancestry(*v2_mount, *v2_path)) {
-      if (auto text = read_file(dir + "/cpu.max")) limit = Smaller(limit, ParseCpuMax(*text));
-    }
-  }
-  const std::optional<std::string> v1_path = GroupPath(proc_self_cgroup, false, "cpu");
-  const std::optional<Mount> v1_mount = FindMount(mountinfo, false, "cpu");
-  if (v1_path && v1_mount) {
-    for (const std::string& dir : Ancestry(*v1_mount, *v1_path)) {
-      const auto quota = read_file(dir + "/cpu.cfs_quota_us");
-      const auto period = read_file(dir + "/cpu.cfs_period_us");
-      if (quota && period) limit = Smaller(limit, ParseCfsQuota(*quota, *period));
-    }
-  }
+  std::optional<double> limit;
+  WalkGroups(proc_self_cgroup, mountinfo, true, "", [&](const std::string& dir) {
+    if (auto text = read_file(dir + "/cpu.max")) limit = Smaller(limit, ParseCpuMax(*text));
+    return false;
+  });
+  WalkGroups(proc_self_cgroup, mountinfo, false, "cpu", [&](const std::string& dir) {
+    const auto quota = read_file(dir + "/cpu.cfs_quota_us");
+    const auto period = read_file(dir + "/cpu.cfs_period_us");
+    if (quota && period) limit = Smaller(limit, ParseCfsQuota(*quota, *period));
+    return false;
+  });
   return limit;
 }
 
 std::optional<int> CgroupCpusetCpus(std::string_view proc_self_cgroup, std::string_view mountinfo,
                                     const ReadFileFn& read_file) {
   // v2: a group without the cpuset controller has no file and takes its parent's CPUs.
-  const std::optional<std::string> v2_path = GroupPath(proc_self_cgroup, true, "");
-  const std::optional<Mount> v2_mount = FindMount(mountinfo, true, "");
-  if (v2_path && v2_mount) {
-    for (const std::string& dir : Ancestry(*v2_mount, *v2_path)) {
-      if (auto text = read_file(dir + "/cpuset.cpus.effective")) {
-        if (auto n = ParseCpuList(*text)) return n;
-      }
-    }
+  std::optional<int> cpus;
+  const auto read_cpus = [&](const std::string& dir, const char* file) {
+    if (auto text = read_file(dir + file)) cpus = ParseCpuList(*text);
+    return cpus.has_value();
+  };
+  WalkGroups(proc_self_cgroup, mountinfo, true, "",
+             [&](const std::string& dir) { return read_cpus(dir, "/cpuset.cpus.effective"); });
+  if (!cpus) {
+    WalkGroups(proc_self_cgroup, mountinfo, false, "cpuset", [&](const std::string& dir) {
+      return read_cpus(dir, "/cpuset.effective_cpus") || read_cpus(dir, "/cpuset.cpus");
+    });
   }
-  const std::optional<std::string> v1_path = GroupPath(proc_self_cgroup, false, "cpuset");
-  const std::optional<Mount> v1_mount = FindMount(mountinfo, false, "cpuset");
-  if (v1_path && v1_mount) {
-    for (const std::string& dir : Ancestry(*v1_mount, *v1_path)) {
-      for (const char* file : {"/cpuset.effective_cpus", "/cpuset.cpus"}) {
-        if (auto text = read_file(dir + file)) {
-          if (auto n = ParseCpuList(*text)) return n;
-        }
-      }
-    }
-  }
-  return std::nullopt;
+  return cpus;
 }
 
 CpuBudget ProcessCpuBudget() {
