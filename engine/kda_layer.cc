@@ -87,8 +87,9 @@ absl::Status Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, c
   }
   const int64_t count = static_cast<int64_t>(side_by_side.size());
   const int64_t parts = std::min<int64_t>(ThreadPool::Global().num_threads(), count);
-  if (T >= kPrefetchStatesMinTokens && parts > 0)
+  if (T >= kPrefetchStatesMinTokens && parts > 0) {
     PrefetchStates(side_by_side, parts, pool, kda_index);
+  }
   {
     const int64_t d = c.hidden;
     std::vector<MatMulTarget> targets = {{proj.get(), P, &w.q_proj},

@@ -158,11 +158,11 @@ void LogThreads() {
   const cpu::CpuBudget budget = cpu::ProcessCpuBudget();
   spdlog::info("engine threads: {}; this process may use {}", threads,
                cpu::DescribeCpuBudget(budget));
-  if (threads > budget.usable) {
+  if (threads > budget.usable()) {
     spdlog::warn(
         "{} engine threads for {} usable CPU{}: they will take turns and wait on each "
         "other (model.threads / --threads 0 sizes the pool to the CPUs)",
-        threads, budget.usable, budget.usable == 1 ? "" : "s");
+        threads, budget.usable(), budget.usable() == 1 ? "" : "s");
   }
 }
 

@@ -254,14 +254,15 @@ CpuBudget ProcessCpuBudget() {
   b.quota = CgroupCpuLimit(cgroup, mountinfo, ReadWholeFile);
   b.group = std::clamp(CgroupCpusetCpus(cgroup, mountinfo, ReadWholeFile).value_or(b.online),
                        b.affinity, std::max(b.online, b.affinity));
-  const int quota_cpus = b.quota ? std::max(1, static_cast<int>(std::ceil(*b.quota))) : b.group;
-  b.usable = std::min(b.affinity, quota_cpus);
-  b.shared = std::min(b.group, quota_cpus);
   return b;
 }
 
+int CpuBudget::QuotaCpus() const {
+  return quota ? std::max(1, static_cast<int>(std::ceil(*quota))) : std::max(group, affinity);
+}
+
 int RankThreads(const CpuBudget& b, int ranks) {
-  return std::max(1, std::min(b.usable, b.shared / std::max(1, ranks)));
+  return std::max(1, std::min(b.usable(), b.shared() / std::max(1, ranks)));
 }
 
 std::string DescribeCpuBudget(const CpuBudget& b) {
@@ -270,7 +271,7 @@ std::string DescribeCpuBudget(const CpuBudget& b) {
   char line[200];
   std::snprintf(line, sizeof line,
                 "%d CPU%s (%d in the affinity mask, %d in the cgroup's cpuset, %d online; %s)",
-                b.usable, b.usable == 1 ? "" : "s", b.affinity, b.group, b.online, quota);
+                b.usable(), b.usable() == 1 ? "" : "s", b.affinity, b.group, b.online, quota);
   return line;
 }
 

@@ -12,6 +12,7 @@
 // to a part of it each have a narrower affinity mask.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 #include <string>
@@ -24,8 +25,14 @@ struct CpuBudget {
   int group = 1;                // CPUs of the cgroup's cpuset (the online ones without one)
   int affinity = 1;             // CPUs in the process's affinity mask
   std::optional<double> quota;  // the cgroup CPU limit, in CPUs, when there is one
-  int usable = 1;               // min(affinity, ceil(quota)), at least 1: this process's own
-  int shared = 1;               // min(group, ceil(quota)), at least 1: its group's together
+
+  // min(affinity, ceil(quota)), at least 1: the CPUs this process may use.
+  int usable() const { return std::min(affinity, QuotaCpus()); }
+  // min(group, ceil(quota)), at least 1: those its group's processes may use together.
+  int shared() const { return std::min(group, QuotaCpus()); }
+
+ private:
+  int QuotaCpus() const;  // ceil(quota), at least 1; no limit without one
 };
 
 // This process's budget, read now (the calling thread's affinity mask).

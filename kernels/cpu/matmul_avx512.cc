@@ -1105,16 +1105,13 @@ KIMI_ALWAYS_INLINE void Mxfp4StripBf16(const Mxfp4Group g, const Problem& p, int
 // not three; the last one or two rows against the whole group). Restated here because
 // ForEachStrip, compiled for the fp32 kernels' target, cannot inline this section's dot products.
 inline void Mxfp4QuadStripsBf16(const Mxfp4Group g, const Problem& p, int64_t nb, float* y) {
-  int64_t i = 0;
+  const int64_t quads = p.m / 4 * 4, rest = p.m - quads;  // rows in strips of four, and after
   for (int j0 = 0; j0 < kPackRows; j0 += 4) {
-    for (i = 0; i + 4 <= p.m; i += 4) Mxfp4StripBf16<4, 4>(g, p, nb, i, j0, y);
-    if (p.m - i == 3) {
-      Mxfp4StripBf16<3, 4>(g, p, nb, i, j0, y);
-      i += 3;
-    }
+    for (int64_t i = 0; i < quads; i += 4) Mxfp4StripBf16<4, 4>(g, p, nb, i, j0, y);
+    if (rest == 3) Mxfp4StripBf16<3, 4>(g, p, nb, quads, j0, y);
   }
-  if (p.m - i == 2) Mxfp4StripBf16<2, kPackRows>(g, p, nb, i, 0, y);
-  if (p.m - i == 1) Mxfp4StripBf16<1, kPackRows>(g, p, nb, i, 0, y);
+  if (rest == 2) Mxfp4StripBf16<2, kPackRows>(g, p, nb, quads, 0, y);
+  if (rest == 1) Mxfp4StripBf16<1, kPackRows>(g, p, nb, quads, 0, y);
 }
 
 // MXFP4 W rows [n0, n1) (packed kBlocks or not; K % 32 == 0) on the bf16 path, group after group.

@@ -21,7 +21,7 @@ int DefaultThreads() {
     const int n = std::atoi(env);
     if (n > 0) return n;
   }
-  return ProcessCpuBudget().usable;  // not hardware_concurrency(): see cpu_budget.h
+  return ProcessCpuBudget().usable();  // not hardware_concurrency(): see cpu_budget.h
 }
 
 std::chrono::microseconds SpinBudget() {

@@ -138,21 +138,16 @@ TEST(CpuBudget, CgroupCpusetFromTheInnermostGroupThatHasOne) {
 // mpirun's ranks of one node: unbound, bound to a socket each (two per socket), bound to a core
 // each, and in a container (cpuset, or quota) that all of them share.
 TEST(CpuBudget, RanksShareTheirGroupWithinTheirOwnMask) {
-  CpuBudget unbound{
-      .online = 32, .group = 32, .affinity = 32, .quota = std::nullopt, .usable = 32, .shared = 32};
+  CpuBudget unbound{.online = 32, .group = 32, .affinity = 32, .quota = std::nullopt};
   EXPECT_EQ(RankThreads(unbound, 4), 8);
   EXPECT_EQ(RankThreads(unbound, 1), 32);
-  CpuBudget socket{
-      .online = 32, .group = 32, .affinity = 16, .quota = std::nullopt, .usable = 16, .shared = 32};
+  CpuBudget socket{.online = 32, .group = 32, .affinity = 16, .quota = std::nullopt};
   EXPECT_EQ(RankThreads(socket, 4), 8);
-  CpuBudget core{
-      .online = 16, .group = 16, .affinity = 1, .quota = std::nullopt, .usable = 1, .shared = 16};
+  CpuBudget core{.online = 16, .group = 16, .affinity = 1, .quota = std::nullopt};
   EXPECT_EQ(RankThreads(core, 2), 1);
-  CpuBudget cpuset{
-      .online = 64, .group = 8, .affinity = 8, .quota = std::nullopt, .usable = 8, .shared = 8};
+  CpuBudget cpuset{.online = 64, .group = 8, .affinity = 8, .quota = std::nullopt};
   EXPECT_EQ(RankThreads(cpuset, 2), 4);
-  CpuBudget quota{
-      .online = 64, .group = 64, .affinity = 64, .quota = 4.0, .usable = 4, .shared = 4};
+  CpuBudget quota{.online = 64, .group = 64, .affinity = 64, .quota = 4.0};
   EXPECT_EQ(RankThreads(quota, 8), 1);  // never below one
 }
 
@@ -161,14 +156,14 @@ TEST(CpuBudget, ThisProcessIsWithinTheMachine) {
   EXPECT_GE(b.online, 1);
   EXPECT_GE(b.affinity, 1);
   EXPECT_LE(b.affinity, b.online);
-  EXPECT_GE(b.usable, 1);
-  EXPECT_LE(b.usable, b.affinity);
+  EXPECT_GE(b.usable(), 1);
+  EXPECT_LE(b.usable(), b.affinity);
   EXPECT_GE(b.group, b.affinity);
   EXPECT_LE(b.group, b.online);
-  EXPECT_GE(b.shared, b.usable);
-  EXPECT_LE(b.shared, b.group);
+  EXPECT_GE(b.shared(), b.usable());
+  EXPECT_LE(b.shared(), b.group);
   if (b.quota) {
-    EXPECT_LE(b.usable, std::max(1.0, *b.quota + 1.0));
+    EXPECT_LE(b.usable(), std::max(1.0, *b.quota + 1.0));
   }
   EXPECT_NE(DescribeCpuBudget(b).find("online"), std::string::npos);
 }
@@ -191,7 +186,7 @@ TEST(CpuBudget, OneCpuInTheAffinityMaskSizesThePoolToOne) {
 
   const CpuBudget b = ProcessCpuBudget();
   EXPECT_EQ(b.affinity, 1);
-  EXPECT_EQ(b.usable, 1);
+  EXPECT_EQ(b.usable(), 1);
   {
     ThreadPool pool(0);
     EXPECT_EQ(pool.num_threads(), 1);
