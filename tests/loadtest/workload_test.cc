@@ -1,9 +1,13 @@
+#include "loadtest/workload.h"
+
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 
+#include "absl/cleanup/cleanup.h"
 #include "gtest/gtest.h"
 #include "loadtest/stats.h"
-#include "loadtest/workload.h"
+#include <unistd.h>
 
 namespace kimi::loadtest {
 namespace {
@@ -37,7 +41,9 @@ TEST(Workload, PoissonArrivalsHaveTheRate) {
 }
 
 TEST(Workload, Jsonl) {
-  const std::string path = ::testing::TempDir() + "/w.jsonl";
+  const std::string path =
+      ::testing::TempDir() + "/workload-" + std::to_string(::getpid()) + ".jsonl";
+  const absl::Cleanup remove = [&] { std::remove(path.c_str()); };
   std::ofstream(path) << "{\"prompt\": \"hi\", \"max_tokens\": 4}\n\n"
                          "{\"prompt_tokens\": 12, \"output_tokens\": 3}\n";
   auto r = ReadJsonl(path);

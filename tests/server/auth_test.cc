@@ -1,8 +1,11 @@
 #include "server/auth.h"
 
+#include <cstdio>
 #include <fstream>
 
+#include "absl/cleanup/cleanup.h"
 #include "gtest/gtest.h"
+#include <unistd.h>
 
 namespace kimi::server {
 namespace {
@@ -13,7 +16,9 @@ TEST(ApiKeys, BearerKeysFromFile) {
   EXPECT_FALSE(none->enabled());
   EXPECT_TRUE(none->Check("").ok());
 
-  const std::string path = ::testing::TempDir() + "/kimi-keys.txt";
+  const std::string path =
+      ::testing::TempDir() + "/kimi-keys-" + std::to_string(::getpid()) + ".txt";
+  const absl::Cleanup remove = [&] { std::remove(path.c_str()); };
   std::ofstream(path) << "# team keys\n\nsk-alpha\n  sk-beta  \n";
   auto keys = ApiKeys::Load(path);
   ASSERT_TRUE(keys.ok()) << keys.status();

@@ -1,9 +1,12 @@
 #include "server/config.h"
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
+#include "absl/cleanup/cleanup.h"
 #include "gtest/gtest.h"
+#include <unistd.h>
 
 namespace kimi::server {
 namespace {
@@ -29,7 +32,9 @@ TEST(Config, UnknownAndMistypedKeysAreNamed) {
 }
 
 TEST(Config, FlagsOverrideTheFile) {
-  const std::string path = ::testing::TempDir() + "/kimi-config.yaml";
+  const std::string path =
+      ::testing::TempDir() + "/kimi-config-" + std::to_string(::getpid()) + ".yaml";
+  const absl::Cleanup remove = [&] { std::remove(path.c_str()); };
   std::ofstream(path) << "model:\n  path: /m/k3\nbatching:\n  token_budget: 1024\n"
                          "server:\n  listen: 127.0.0.1:6000\n";
   const char* argv[] = {"kimi-server", "--config", path.c_str(), "--listen", "127.0.0.1:7000",

@@ -112,12 +112,21 @@ inline int CountRanks(const std::string& ranks) {
   return n;
 }
 
-// A fresh directory under the test temp dir.
+// A fresh directory in this process's scratch directory (under $TEST_TMPDIR or the system's temp
+// dir), which is removed when the test binary exits: ctest runs every test in its own process, so
+// scratch left behind would add a directory of checkpoint files to /tmp per test and run.
 inline std::string TempDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::filesystem::path dir =
-      std::filesystem::path(base ? base : std::filesystem::temp_directory_path().string()) /
-      absl::StrCat("kimi_tok_", name, "_", ::getpid());
+  static const std::filesystem::path* root = [] {
+    const char* base = std::getenv("TEST_TMPDIR");
+    auto* p = new std::filesystem::path(base ? base : std::filesystem::temp_directory_path());
+    *p /= absl::StrCat("kimi-tok-test-", ::getpid());
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(*root, ec);
+    });
+    return p;
+  }();
+  const std::filesystem::path dir = *root / name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();
