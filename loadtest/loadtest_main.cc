@@ -8,13 +8,12 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "loadtest/runner.h"
 #include "nlohmann/json.hpp"
+#include "tools/parse_flags.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "kimi-server gRPC address");
 ABSL_FLAG(std::string, rates, "1", "offered request rates per second, comma-separated (a sweep)");
@@ -180,9 +179,9 @@ int Main() {
 }  // namespace kimi::loadtest
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  kimi::tools::ParseFlags(
+      argc, argv,
       "Open-loop Poisson load against kimi-server.\n  kimi-loadtest --target 127.0.0.1:50051 "
       "--rates 1,2,4,8 --duration 30 [--json out.json] [--csv out.csv]");
-  absl::ParseCommandLine(argc, argv);
   return kimi::loadtest::Main();
 }

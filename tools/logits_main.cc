@@ -7,11 +7,10 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "engine/engine.h"
+#include "tools/parse_flags.h"
 #include "tools/tensor_io.h"
 
 ABSL_FLAG(std::string, model, "", "checkpoint directory");
@@ -39,8 +38,7 @@ int Fail(const std::string& msg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Writes the engine's logits for a token sequence.");
-  absl::ParseCommandLine(argc, argv);
+  kimi::tools::ParseFlags(argc, argv, "Writes the engine's logits for a token sequence.");
   std::vector<int32_t> tokens, chunks;
   if (!ParseList(absl::GetFlag(FLAGS_tokens), &tokens) || tokens.empty()) {
     return Fail("--tokens must be a non-empty comma-separated list of ids");

@@ -4,11 +4,10 @@
 #include <cstdio>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/synthetic_model.h"
+#include "tools/parse_flags.h"
 
 ABSL_FLAG(std::string, preset, "", "model preset");
 ABSL_FLAG(std::string, out, "", "output directory");
@@ -17,11 +16,11 @@ ABSL_FLAG(std::string, tiktoken, "",
           "base vocabulary in tiktoken format (e.g. cl100k_base ranks); default: 256 single bytes");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  kimi::tools::ParseFlags(
+      argc, argv,
       absl::StrCat("Writes a synthetic Kimi checkpoint (config.json, safetensors, tiktoken.model, "
                    "tokenizer_config.json).\n  kimi-mkmodel --preset ",
                    absl::StrJoin(kimi::SyntheticPresets(), "|"), " --out DIR --seed N"));
-  absl::ParseCommandLine(argc, argv);
   kimi::SyntheticOptions o;
   o.preset = absl::GetFlag(FLAGS_preset);
   o.out_dir = absl::GetFlag(FLAGS_out);

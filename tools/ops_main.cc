@@ -8,12 +8,11 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/sublayers.h"
 #include "kernels/cpu/ops.h"
+#include "tools/parse_flags.h"
 #include "tools/tensor_io.h"
 
 ABSL_FLAG(std::string, in, "", "input .safetensors with the op's named tensors");
@@ -339,11 +338,11 @@ int main(int argc, char** argv) {
   using namespace kimi::tools;
   std::vector<std::string> names;
   for (const auto& [name, fn] : Ops()) names.push_back(name);
-  absl::SetProgramUsageMessage(absl::StrCat(
-      "Runs one CPU kernel on named tensors.\n  kimi-ops OP --in IN.safetensors --out "
-      "OUT.safetensors [--mode M]\nOPs: ",
-      absl::StrJoin(names, ", ")));
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> args = kimi::tools::ParseFlags(
+      argc, argv,
+      absl::StrCat("Runs one CPU kernel on named tensors.\n  kimi-ops OP --in IN.safetensors --out "
+                   "OUT.safetensors [--mode M]\nOPs: ",
+                   absl::StrJoin(names, ", ")));
   if (args.size() != 2 || absl::GetFlag(FLAGS_in).empty() || absl::GetFlag(FLAGS_out).empty()) {
     std::fprintf(stderr, "usage: kimi-ops OP --in IN.safetensors --out OUT.safetensors\n");
     return 2;

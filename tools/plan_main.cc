@@ -5,12 +5,11 @@
 #include <sstream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
 #include "engine/model_config.h"
 #include "engine/plan.h"
 #include "nlohmann/json.hpp"
+#include "tools/parse_flags.h"
 
 ABSL_FLAG(std::string, config, "", "path to config.json (or a checkpoint directory)");
 ABSL_FLAG(int64_t, context, 131072, "context length for the per-request memory figures");
@@ -34,10 +33,10 @@ std::string Bytes(double b) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  kimi::tools::ParseFlags(
+      argc, argv,
       "Sizes a Kimi model from config.json alone.\n  kimi-plan --config config.json "
       "[--tp N --ep N --pp N] [--context N] [--json]");
-  absl::ParseCommandLine(argc, argv);
   std::string path = absl::GetFlag(FLAGS_config);
   if (path.empty()) {
     std::fprintf(stderr, "kimi-plan: --config is required\n");

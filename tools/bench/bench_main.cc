@@ -10,14 +10,13 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "kernels/cpu/cpu_budget.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tools/bench/bench.h"
+#include "tools/parse_flags.h"
 
 ABSL_FLAG(std::string, filter, "", "run only figures whose name matches this regex");
 ABSL_FLAG(bool, json, false, "print one JSON object per figure");
@@ -42,10 +41,10 @@ ABSL_FLAG(bool, matmul_profile, false,
           "their MatMul time goes, by shape");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  kimi::tools::ParseFlags(
+      argc, argv,
       "kimi-bench [--filter REGEX] [--json] [--repeats N]: performance figures with same-run "
       "baselines");
-  absl::ParseCommandLine(argc, argv);
   using namespace kimi::bench;
   Context ctx;
   ctx.models_dir = absl::GetFlag(FLAGS_models_dir);

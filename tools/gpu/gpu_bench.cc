@@ -22,8 +22,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/cuda_step_runner.h"
 #include "engine/state.h"
@@ -36,6 +34,7 @@
 #include "kernels/cuda/moe_permute.h"
 #include "kernels/cuda/weight_gemm.h"
 #include "kernels/dtype.h"
+#include "tools/parse_flags.h"
 
 ABSL_FLAG(std::string, models, "models", "directory holding the preset models");
 ABSL_FLAG(std::string, filter, "", "run only figures whose name contains this");
@@ -335,7 +334,6 @@ int Main() {
 }  // namespace kimi
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("CUDA backend benchmarks: one line per figure.");
-  absl::ParseCommandLine(argc, argv);
+  kimi::tools::ParseFlags(argc, argv, "CUDA backend benchmarks: one line per figure.");
   return kimi::Main();
 }
