@@ -8,15 +8,27 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/tokenizer.h"
+#include "tools/parse_flags.h"
 #include <unistd.h>
+
+ABSL_FLAG(double, mb, 2.0, "megabytes of text to encode");
+ABSL_FLAG(int, repeats, 5, "runs of each case (the best is reported)");
+ABSL_FLAG(
+    std::string, ranks, "",
+    "cl100k_base ranks in tiktoken format (default: models/cl100k_base.tiktoken of the source "
+    "tree or $KIMI_SOURCE_DIR)");
 
 namespace {
 
@@ -113,16 +125,18 @@ std::string ShellQuote(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kimi::tools::ParseFlags(argc, argv,
+                          "Encode throughput (MB/s) against npm tiktoken on the same text.\n"
+                          "  kimi-tokenizer-bench [--mb N] [--repeats N] [--ranks FILE]");
   const char* src = std::getenv("KIMI_SOURCE_DIR");
   std::string root = src ? src : KIMI_SOURCE_DIR;
-  double mb = 2;
-  int repeats = 5;
-  std::string ranks_path = root + "/models/cl100k_base.tiktoken";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--mb") mb = std::atof(argv[i + 1]);
-    if (a == "--repeats") repeats = std::atoi(argv[i + 1]);
-    if (a == "--ranks") ranks_path = argv[i + 1];
+  const double mb = absl::GetFlag(FLAGS_mb);
+  const int repeats = absl::GetFlag(FLAGS_repeats);
+  std::string ranks_path = absl::GetFlag(FLAGS_ranks);
+  if (ranks_path.empty()) ranks_path = root + "/models/cl100k_base.tiktoken";
+  if (!(mb > 0) || repeats < 1) {
+    std::fprintf(stderr, "--mb must be above 0 and --repeats at least 1\n");
+    return 2;
   }
   std::ifstream in(ranks_path);
   if (!in) {
@@ -133,8 +147,11 @@ int main(int argc, char** argv) {
   std::stringstream ranks;
   ranks << in.rdbuf();
   const std::string text = MakeText(static_cast<size_t>(mb * 1e6));
-  const std::string text_path = "/tmp/kimi_tokenizer_bench_" + std::to_string(getpid()) + ".txt";
+  const std::string text_path = (std::filesystem::temp_directory_path() /
+                                 absl::StrCat("kimi_tokenizer_bench_", getpid(), ".txt"))
+                                    .string();
   std::ofstream(text_path, std::ios::binary) << text;
+  const absl::Cleanup remove_text = [&] { std::remove(text_path.c_str()); };
 
   struct Case {
     const char* name;
@@ -173,6 +190,5 @@ int main(int argc, char** argv) {
                 npm_count == ours_count ? "" : "  (token counts differ!)");
     if (npm_count != ours_count) rc = 1;
   }
-  std::remove(text_path.c_str());
   return rc;
 }
