@@ -1,12 +1,8 @@
 #include "engine/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -14,8 +10,13 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace kimi {
 namespace {
@@ -273,8 +274,9 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   return f;
 }
 
-absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& dir,
-                                                             WeightMemory memory) {
+absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
+    const std::string& dir, WeightMemory memory,
+    const std::function<void(const std::string&)>& log) {
   auto ckpt = std::unique_ptr<Checkpoint>(new Checkpoint);
   ckpt->dir_ = dir;
   const std::string index_path = dir + "/model.safetensors.index.json";
@@ -312,9 +314,34 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
     return absl::NotFoundError(absl::StrCat(
         dir, ": no model.safetensors or model.safetensors.index.json (not a checkpoint)"));
   }
-  for (const std::string& name : files) {
+  // A real checkpoint is tens to hundreds of GB in shards of a few GB: copying it takes minutes,
+  // so the copy reports its progress.
+  std::vector<uint64_t> file_bytes(files.size(), 0);
+  uint64_t total = 0, done = 0;
+  for (size_t i = 0; i < files.size(); ++i) {
+    struct stat st;
+    if (::stat((dir + "/" + files[i]).c_str(), &st) == 0) file_bytes[i] = st.st_size;
+    total += file_bytes[i];
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto last = start;
+  auto seconds = [](auto from, auto to) {
+    return std::chrono::duration<double>(to - from).count();
+  };
+  auto gb = [](double bytes) { return absl::StrFormat("%.1f", bytes / 1e9); };
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string& name = files[i];
     auto f = SafetensorsFile::Open(dir + "/" + name, memory);
     if (!f.ok()) return f.status();
+    done += file_bytes[i];
+    const auto now = std::chrono::steady_clock::now();
+    if (log && memory == WeightMemory::kCopyHuge && i + 1 < files.size() &&
+        seconds(last, now) >= kProgressSeconds) {
+      last = now;
+      log(absl::StrCat("read ", i + 1, " of ", files.size(), " files, ", gb(done), " of ",
+                       gb(total), " GB (", gb(done / std::max(seconds(start, now), 1e-3)),
+                       " GB/s)"));
+    }
     for (const TensorInfo& t : (*f)->tensors()) {
       if (!weight_map.empty()) {
         auto it = weight_map.find(t.name);
@@ -331,6 +358,16 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
       return absl::DataLossError(absl::StrCat("tensor ", name, " is listed in ", index_path,
                                               " under ", file, " but that file lacks it"));
     }
+  }
+  if (log) {
+    const double s = seconds(start, std::chrono::steady_clock::now());
+    log(absl::StrCat(memory == WeightMemory::kCopyHuge ? "read " : "mapped ", files.size(),
+                     files.size() == 1 ? " file, " : " files, ", gb(done), " GB in ",
+                     absl::StrFormat("%.1f", s), " s",
+                     memory == WeightMemory::kCopyHuge
+                         ? absl::StrCat(" (", gb(done / std::max(s, 1e-3)), " GB/s)")
+                         : "",
+                     ", weights in ", WeightMemoryName(memory), " memory"));
   }
   return ckpt;
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -79,8 +80,12 @@ class SafetensorsFile {
 // All tensors of a checkpoint directory, by name.
 class Checkpoint {
  public:
+  // `log` (optional) receives the progress of a long load: with kCopyHuge, which reads every
+  // byte, a line at most every kProgressSeconds while files remain, then one for the whole.
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(
-      const std::string& dir, WeightMemory memory = DefaultWeightMemory());
+      const std::string& dir, WeightMemory memory = DefaultWeightMemory(),
+      const std::function<void(const std::string&)>& log = nullptr);
+  static constexpr double kProgressSeconds = 10.0;
 
   const TensorInfo* Find(std::string_view name) const;
   const std::map<std::string, TensorInfo, std::less<>>& tensors() const { return tensors_; }

@@ -142,7 +142,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const
     if (opts.log) opts.log(line);
   };
   for (const std::string& note : m->config_.notes) log(note);
-  auto ckpt = Checkpoint::Open(dir, opts.memory);
+  auto ckpt = Checkpoint::Open(dir, opts.memory, opts.log);
   if (!ckpt.ok()) return ckpt.status();
   m->checkpoint_ = std::move(*ckpt);
   if (absl::Status s = m->Bind(opts); !s.ok()) return s;

@@ -3,8 +3,10 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/engine/test_models.h"
 
@@ -148,6 +150,35 @@ TEST(Checkpoint, MissingDirectoryAndBadIndex) {
   c = Checkpoint::Open(dir);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_NE((*c)->Find("b"), nullptr);
+}
+
+// Opening a checkpoint reports what it read: the files, their bytes and the weights' memory.
+TEST(Checkpoint, ReportsTheLoad) {
+  const std::string dir = testing::TempDir("st-report");
+  static const float a[2] = {1, 2}, b[2] = {3, 4};
+  for (const auto& [file, name, data] :
+       {std::tuple{"one.safetensors", "a", a}, std::tuple{"two.safetensors", "b", b}}) {
+    const absl::Status s = WriteSafetensors(
+        dir + "/" + file,
+        {{name, DType::kF32, {2}, {reinterpret_cast<const uint8_t*>(data), sizeof a}}}, {});
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  WriteAll(dir + "/model.safetensors.index.json",
+           R"({"weight_map": {"a": "one.safetensors", "b": "two.safetensors"}})");
+  for (WeightMemory memory : {WeightMemory::kCopyHuge, WeightMemory::kMap}) {
+    std::vector<std::string> lines;
+    auto c = Checkpoint::Open(dir, memory, [&](const std::string& l) { lines.push_back(l); });
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_EQ(lines.size(), 1u);  // the files are read in well under the progress interval
+    const std::string want = memory == WeightMemory::kCopyHuge ? "read 2 files, 0.0 GB in "
+                                                               : "mapped 2 files, 0.0 GB in ";
+    EXPECT_EQ(lines[0].rfind(want, 0), 0u) << lines[0];
+    EXPECT_NE(lines[0].find(absl::StrCat("weights in ", WeightMemoryName(memory), " memory")),
+              std::string::npos)
+        << lines[0];
+    EXPECT_EQ(lines[0].find("GB/s") != std::string::npos, memory == WeightMemory::kCopyHuge)
+        << lines[0];
+  }
 }
 
 }  // namespace
