@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -15,8 +14,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "tests/temp_dir.h"
 #include "tokenizer/tokenizer.h"
-#include <unistd.h>
 
 namespace kimi::tokenizer::testing {
 
@@ -112,25 +111,7 @@ inline int CountRanks(const std::string& ranks) {
   return n;
 }
 
-// A fresh directory in this process's scratch directory (under $TEST_TMPDIR or the system's temp
-// dir), which is removed when the test binary exits: ctest runs every test in its own process, so
-// scratch left behind would add a directory of checkpoint files to /tmp per test and run.
-inline std::string TempDir(const std::string& name) {
-  static const std::filesystem::path* root = [] {
-    const char* base = std::getenv("TEST_TMPDIR");
-    auto* p = new std::filesystem::path(base ? base : std::filesystem::temp_directory_path());
-    *p /= absl::StrCat("kimi-tok-test-", ::getpid());
-    std::atexit([] {
-      std::error_code ec;
-      std::filesystem::remove_all(*root, ec);
-    });
-    return p;
-  }();
-  const std::filesystem::path dir = *root / name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
+using kimi::testing::TempDir;
 
 // Writes a checkpoint's tokenizer files: only the listed specials appear in
 // added_tokens_decoder (the rest of the 256 are reserved by rule), like a real config.
