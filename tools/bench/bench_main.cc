@@ -5,7 +5,9 @@
 // (N: --prefill_tokens, 512 by default), prefill.gemm[.bf16], kda.prefill.per_token_16k_over_1k,
 // state.128k.hybrid_over_mla, scheduler.overhead.b64.
 // Models are read from --models_dir/<preset> and generated there (seed 1) when missing.
+#include <algorithm>
 #include <cstdio>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -56,22 +58,41 @@ int main(int argc, char** argv) {
   ctx.profile_steps = absl::GetFlag(FLAGS_profile_steps);
   ctx.matmul_profile = absl::GetFlag(FLAGS_matmul_profile);
   ctx.prefill_tokens = std::max(1, absl::GetFlag(FLAGS_prefill_tokens));
-  if (!absl::GetFlag(FLAGS_filter).empty()) ctx.filter.emplace(absl::GetFlag(FLAGS_filter));
+  const std::string filter = absl::GetFlag(FLAGS_filter);
+  if (!filter.empty()) {
+    try {
+      ctx.filter.emplace(filter);
+    } catch (const std::regex_error& e) {
+      std::fprintf(stderr, "kimi-bench: --filter '%s' is not a regular expression: %s\n",
+                   filter.c_str(), e.what());
+      return 2;
+    }
+  }
   const std::vector<std::string> models =
       absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipEmpty());
 
+  std::vector<std::string> names;
+  for (const std::string& m : models) {
+    names.push_back(absl::StrCat("decode.b1.", m));
+    names.push_back(absl::StrCat("decode.b1.", m, ".t1"));
+    for (int n : {8, 32, 64}) names.push_back(absl::StrCat("decode.b", n, ".", m));
+    for (int n : {8, 32, 64}) names.push_back(absl::StrCat("decode.b", n, ".", m, ".bf16"));
+    names.push_back(ctx.PrefillName(m));
+  }
+  for (const char* name : {"prefill.gemm", "prefill.gemm.bf16", "kda.prefill.per_token_16k_over_1k",
+                           "state.128k.hybrid_over_mla", "scheduler.overhead.b64", "matvec.mxfp4",
+                           "matvec.bf16", "mla.decode.64k"}) {
+    names.push_back(name);
+  }
   if (absl::GetFlag(FLAGS_list)) {
-    for (const std::string& m : models) {
-      std::printf("decode.b1.%s\ndecode.b1.%s.t1\n", m.c_str(), m.c_str());
-      for (int n : {8, 32, 64}) std::printf("decode.b%d.%s\n", n, m.c_str());
-      for (int n : {8, 32, 64}) std::printf("decode.b%d.%s.bf16\n", n, m.c_str());
-      std::printf("%s\n", ctx.PrefillName(m).c_str());
-    }
-    std::printf(
-        "prefill.gemm\nprefill.gemm.bf16\nkda.prefill.per_token_16k_over_1k\nstate.128k.hybrid_"
-        "over_mla\n"
-        "scheduler.overhead.b64\nmatvec.mxfp4\nmatvec.bf16\nmla.decode.64k\n");
+    for (const std::string& name : names) std::printf("%s\n", name.c_str());
     return 0;
+  }
+  if (std::none_of(names.begin(), names.end(),
+                   [&](const std::string& name) { return ctx.Wants(name); })) {
+    std::fprintf(stderr, "kimi-bench: no figure matches --filter '%s' (--list names them)\n",
+                 filter.c_str());
+    return 2;
   }
   ctx.Log(absl::StrCat("threads ", kimi::cpu::ThreadPool::Global().num_threads(),
                        " (the process may use ",
