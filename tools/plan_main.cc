@@ -42,6 +42,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kimi-plan: --config is required\n");
     return 2;
   }
+  if (absl::GetFlag(FLAGS_context) < 1) {
+    std::fprintf(stderr, "kimi-plan: --context must be at least 1 token\n");
+    return 2;
+  }
   std::ifstream probe(path + "/config.json");
   if (probe) path += "/config.json";
   std::ifstream in(path);
