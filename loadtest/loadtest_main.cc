@@ -73,6 +73,14 @@ int Main() {
     rates.push_back(v);
   }
   if (rates.empty()) return Fail("--rates: at least one rate");
+  if (!(absl::GetFlag(FLAGS_duration) > 0)) return Fail("--duration: seconds above 0");
+  if (absl::GetFlag(FLAGS_requests) < 1) return Fail("--requests: at least 1");
+  if (absl::GetFlag(FLAGS_concurrency) < 1) return Fail("--concurrency: at least 1");
+  if (!(absl::GetFlag(FLAGS_warmup) >= 0)) return Fail("--warmup: seconds, 0 or more");
+  if (!(absl::GetFlag(FLAGS_slo_ttft) > 0) || !(absl::GetFlag(FLAGS_slo_tpot) > 0)) {
+    return Fail("--slo_ttft and --slo_tpot: seconds above 0");
+  }
+  if (!(absl::GetFlag(FLAGS_temperature) >= 0)) return Fail("--temperature: 0 or more");
   std::vector<RequestShape> shapes;
   if (!absl::GetFlag(FLAGS_jsonl).empty()) {
     auto s = ReadJsonl(absl::GetFlag(FLAGS_jsonl));
