@@ -1,5 +1,3 @@
-#include "loadtest/workload.h"
-
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -7,6 +5,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "gtest/gtest.h"
 #include "loadtest/stats.h"
+#include "loadtest/workload.h"
 #include <unistd.h>
 
 namespace kimi::loadtest {
