@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
   std::string ranks_path = absl::GetFlag(FLAGS_ranks);
   if (ranks_path.empty()) ranks_path = root + "/models/cl100k_base.tiktoken";
   if (!(mb > 0) || repeats < 1) {
-    std::fprintf(stderr, "--mb must be above 0 and --repeats at least 1\n");
+    std::fprintf(stderr, "kimi-tokenizer-bench: --mb must be above 0 and --repeats at least 1\n");
     return 2;
   }
   std::ifstream in(ranks_path);
