@@ -23,3 +23,11 @@ function(kimi_test name)
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 120 PROPERTIES LABELS "${labels}"
                        ENVIRONMENT "KIMI_SOURCE_DIR=${CMAKE_SOURCE_DIR};KIMI_BUILD_DIR=${CMAKE_BINARY_DIR}")
 endfunction()
+
+# A tool refusing a bad command line: `target ARGN...` must print `message` (a regular expression)
+# and exit with status 2, the tools' usage-error code (not abort, hang or run anyway).
+function(kimi_usage_error_test name target message)
+  add_test(NAME ${name} COMMAND sh -c "\"$0\" \"$@\"; echo exit=$?" $<TARGET_FILE:${target}> ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS unit TIMEOUT 30
+                       PASS_REGULAR_EXPRESSION "${message}[^\n]*\nexit=2")
+endfunction()
