@@ -35,7 +35,7 @@ absl::Status Set(GatewayFlags* f, const std::string& flag, const std::string& va
   } else if (flag == "--max-choices") {
     return SetInt(flag, value, 1, &f->max_choices);
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("unknown flag ", flag, " (see --help)"));
+    return absl::NotFoundError(absl::StrCat("unknown flag ", flag, " (see --help)"));
   }
   return absl::OkStatus();
 }
@@ -74,9 +74,16 @@ absl::StatusOr<GatewayFlags> ParseFlags(int argc, const char* const* argv, bool*
     } else if (i + 1 < argc) {
       value = argv[++i];
     } else {
+      // The last argument: an unknown flag is named as such, not as one lacking its value.
+      GatewayFlags scratch;
+      if (absl::Status s = Set(&scratch, flag, ""); absl::IsNotFound(s)) {
+        return absl::InvalidArgumentError(s.message());
+      }
       return absl::InvalidArgumentError(absl::StrCat(flag, ": missing value"));
     }
-    if (absl::Status s = Set(&f, flag, value); !s.ok()) return s;
+    if (absl::Status s = Set(&f, flag, value); !s.ok()) {
+      return absl::InvalidArgumentError(s.message());
+    }
   }
   std::string host;
   int port = 0;

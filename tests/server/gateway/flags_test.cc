@@ -40,6 +40,10 @@ TEST(GatewayFlags, RejectsBadInput) {
   EXPECT_FALSE(Parse({"--backend", "127.0.0.1:0"}).ok());
   EXPECT_FALSE(Parse({"--max-connections", "0"}).ok());
   EXPECT_FALSE(Parse({"--backend"}).ok());
+  // Named for what is wrong, with the status a bad argument gets.
+  EXPECT_EQ(Parse({"--backend"}).status().message(), "--backend: missing value");
+  EXPECT_EQ(Parse({"--nope"}).status().message(), "unknown flag --nope (see --help)");
+  EXPECT_EQ(Parse({"--nope", "1"}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(Parse({"--backend-api-key-file", "k.txt"}).ok());  // needs --api-keys-file
 }
 
