@@ -220,6 +220,10 @@ absl::StatusOr<ServerConfig> ParseCommandLine(int argc, char** argv, bool* help)
   // Pass 1: --config and --help; pass 2: the flags, which override the file.
   std::vector<std::pair<std::string, std::string>> flags;
   std::string config_path;
+  auto unknown = [](const std::string& flag) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown flag ", flag, " (kimi-server --help lists them)"));
+  };
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -235,7 +239,10 @@ absl::StatusOr<ServerConfig> ParseCommandLine(int argc, char** argv, bool* help)
       value = arg.substr(eq + 1);
       arg = arg.substr(0, eq);
     } else {
-      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(arg, " needs a value"));
+      if (i + 1 >= argc) {
+        if (arg != "--config" && FindFlag(arg) == nullptr) return unknown(arg);
+        return absl::InvalidArgumentError(absl::StrCat(arg, " needs a value"));
+      }
       value = argv[++i];
     }
     if (arg == "--config") {
@@ -253,10 +260,7 @@ absl::StatusOr<ServerConfig> ParseCommandLine(int argc, char** argv, bool* help)
   }
   for (const auto& [flag, value] : flags) {
     const Setting* s = FindFlag(flag);
-    if (!s) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag ", flag, " (kimi-server --help lists them)"));
-    }
+    if (!s) return unknown(flag);
     if (absl::Status st = SetFromText(*s, value, "flag " + flag, &c); !st.ok()) return st;
   }
   if (c.model_name.empty() && !c.model_path.empty()) {

@@ -52,6 +52,13 @@ TEST(Config, FlagsOverrideTheFile) {
   const char* bad[] = {"kimi-server", "--model", "/m", "--no-such-flag", "1"};
   auto e = ParseCommandLine(5, const_cast<char**>(bad), &help);
   EXPECT_NE(Message(e.status()).find("unknown flag --no-such-flag"), std::string::npos);
+  // Given last, without a value: still named unknown; a known flag there lacks its value.
+  const char* last[] = {"kimi-server", "--no-such-flag"};
+  e = ParseCommandLine(2, const_cast<char**>(last), &help);
+  EXPECT_NE(Message(e.status()).find("unknown flag --no-such-flag"), std::string::npos);
+  const char* bare[] = {"kimi-server", "--model"};
+  e = ParseCommandLine(2, const_cast<char**>(bare), &help);
+  EXPECT_NE(Message(e.status()).find("--model needs a value"), std::string::npos);
   const char* h[] = {"kimi-server", "--help"};
   ASSERT_TRUE(ParseCommandLine(2, const_cast<char**>(h), &help).ok());
   EXPECT_TRUE(help);
