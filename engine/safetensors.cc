@@ -1,10 +1,5 @@
 #include "engine/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -13,11 +8,16 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace kimi {
 namespace {
@@ -140,6 +140,36 @@ uint8_t* MapHugeAnonymous(size_t size) {
 }
 
 }  // namespace
+
+absl::StatusOr<HugePages> HugePages::Allocate(size_t bytes) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  HugePages p;
+  p.size_ = std::max<size_t>(kHuge, (bytes + kHuge - 1) / kHuge * kHuge);
+  p.data_ = MapHugeAnonymous(p.size_);
+  if (p.data_ == nullptr) {
+    p.size_ = 0;
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", bytes, " bytes of weights: ", std::strerror(errno)));
+  }
+  return p;
+}
+
+HugePages& HugePages::operator=(HugePages&& o) noexcept {
+  if (this != &o) {
+    if (data_) ::munmap(data_, size_);
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+  }
+  return *this;
+}
+
+HugePages::~HugePages() {
+  if (data_) ::munmap(data_, size_);
+}
+
+void HugePages::Seal() {
+  if (data_) ::mprotect(data_, size_, PROT_READ);
+}
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path,
                                                                        WeightMemory memory) {

@@ -49,6 +49,25 @@ WeightMemory DefaultWeightMemory();
 const char* WeightMemoryName(WeightMemory m);
 bool ParseWeightMemory(std::string_view name, WeightMemory* out);
 
+// Anonymous memory of at least `bytes` bytes in 2 MiB pages (2 MiB aligned, MADV_HUGEPAGE),
+// unmapped when the owner goes. The weights' home when they are copied out of their files.
+class HugePages {
+ public:
+  static absl::StatusOr<HugePages> Allocate(size_t bytes);
+  HugePages() = default;
+  HugePages(HugePages&& o) noexcept { *this = std::move(o); }
+  HugePages& operator=(HugePages&& o) noexcept;
+  ~HugePages();
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  // Makes the memory read-only (after the weights are written and packed).
+  void Seal();
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;  // mapped bytes (a multiple of 2 MiB)
+};
+
 // One mapped .safetensors file. Every header entry is checked against the file size on open.
 class SafetensorsFile {
  public:

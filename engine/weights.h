@@ -91,6 +91,11 @@ class Model {
     // Sharding: this process is `rank` of `layout` and binds only its piece (whole model: 1x1x1).
     ParallelLayout layout;
     int rank = 0;
+    // With a mapped checkpoint (kMap, kMapHuge): copy the matrices this rank multiplies by (its
+    // stage's layers, its rows of a tensor-parallel split, its own experts) out of the mapping
+    // into huge pages and pack them, as kCopyHuge does for a whole model. The rest (other ranks'
+    // experts, which expert replication may still read) stays mapped.
+    bool copy_shard = false;
   };
   static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir, const Options& opts);
   static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir) {
@@ -115,9 +120,15 @@ class Model {
  private:
   Model() = default;
   absl::Status Bind(const Options& opts);
-  // Rewrites the matrices MatMul reads into the packed layout (kernels/cpu/pack.h), when the
-  // checkpoint's memory is private and writable; returns the bytes packed.
-  int64_t PackMatrices();
+  // Every matrix MatMul reads (once per view); with `own_experts_only`, of the routed experts only
+  // those this rank owns under expert parallelism.
+  std::vector<Weight*> Matrices(bool own_experts_only);
+  // Rewrites `matrices`, which must be in private writable memory, into the packed layout
+  // (kernels/cpu/pack.h); returns the bytes packed.
+  int64_t PackMatrices(const std::vector<Weight*>& matrices);
+  // Options::copy_shard: the rank's mapped matrices into shard_pages_, then packed; returns the
+  // bytes copied.
+  absl::StatusOr<int64_t> CopyShardMatrices();
   const float* Vec(const TensorInfo& t, int64_t count = -1);
   const float* Fold(const float* a, const float* b, int64_t n);
   // A copy of columns [begin, begin + count) (MXFP4: whole 32-column blocks).
@@ -138,6 +149,7 @@ class Model {
 
   std::vector<OwnedMatrix> owned_matrices_;  // column slices, uk_t
   std::unique_ptr<Checkpoint> checkpoint_;
+  HugePages shard_pages_;  // Options::copy_shard: this rank's matrices
   ModelWeights weights_;
   std::vector<std::unique_ptr<float[]>> owned_;  // fp32 copies of small vectors
 };

@@ -171,7 +171,9 @@ int Follow(const ServerConfig& c, Cluster& cl) {
   Model::Options opts;
   opts.layout = cl.layout;
   opts.rank = cl.rank();
-  opts.memory = WeightMemory::kMap;  // map the files; only this shard's pages are touched
+  // Map the files (only this shard's pages are touched) and copy this rank's matrices out.
+  opts.memory = WeightMemory::kMap;
+  opts.copy_shard = true;
   auto model = Model::Load(c.model_path, opts);
   if (!model.ok()) {
     MpiCommunicator::Abort(absl::StrCat("rank ", cl.rank(), ": cannot load model: ",
@@ -316,7 +318,10 @@ int Run(int argc, char** argv) {
     Model::Options opts;
     opts.log = [](const std::string& line) { spdlog::info("load: {}", line); };
     opts.layout = cluster->layout;
-    if (cluster->world) opts.memory = WeightMemory::kMap;
+    if (cluster->world) {  // as Follow's ranks do
+      opts.memory = WeightMemory::kMap;
+      opts.copy_shard = true;
+    }
     auto model = Model::Load(c.model_path, opts);
     if (!model.ok()) {
       spdlog::error("cannot load model: {}", std::string(model.status().message()));

@@ -155,6 +155,27 @@ TEST_P(EngineTest, BatchEqualsAloneBitwise) {
   }
 }
 
+// A rank's matrices copied out of a mapped checkpoint and packed (Model::Options::copy_shard, as
+// the server's ranks load) compute what the whole-model huge-page copy does, bit for bit; left in
+// the mapping, unpacked, they do too (the kernels' summation order ignores the layout).
+TEST_P(EngineTest, ShardCopyAndMappingEqualTheCopyBitwise) {
+  const Model& whole = LoadPreset(GetParam());
+  std::vector<std::vector<int32_t>> tokens = {RandomTokens(40, whole.config().vocab, 7)};
+  const std::vector<std::vector<int64_t>> splits = {{37, 1, 1, 1}};
+  Runner want(whole, 1, 48);
+  const auto logits = want.Run(tokens, splits);
+  for (bool copy_shard : {true, false}) {
+    Model::Options o;
+    o.memory = WeightMemory::kMap;
+    o.copy_shard = copy_shard;
+    auto m = Model::Load(testing::PresetDir(GetParam()), o);
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ((*m)->weights().lm_head.packed, copy_shard && whole.weights().lm_head.packed);
+    Runner got(**m, 1, 48);
+    EXPECT_EQ(got.Run(tokens, splits)[0], logits[0]) << "copy_shard " << copy_shard;
+  }
+}
+
 // Batched decode of many short sequences (the KDA layer's side-by-side section, its parts one a
 // thread, and from 16 tokens a step the states prefetched during the projections): each sequence
 // gets exactly what it gets alone.

@@ -28,6 +28,51 @@ TEST_P(WeightsTest, PresetLoads) {
 
 INSTANTIATE_TEST_SUITE_P(Presets, WeightsTest, ::testing::Values("kimi-linear-tiny", "k3-tiny"));
 
+// A rank's copy (Options::copy_shard) under expert parallelism: its own experts and the layers'
+// other matrices leave the mapping for packed huge pages; the other rank's experts, which expert
+// replication may read, stay mapped as stored.
+TEST(Weights, ShardCopyTakesThisRanksExperts) {
+  Model::Options o;
+  o.memory = WeightMemory::kMap;
+  o.copy_shard = true;
+  o.layout.ep = 2;
+  o.rank = 1;
+  std::vector<std::string> log;
+  o.log = [&](const std::string& line) { log.push_back(line); };
+  auto m = Model::Load(testing::PresetDir("k3-tiny"), o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const auto regions = (*m)->WeightRegions();
+  auto mapped = [&](const void* p) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    for (const auto& r : regions) {
+      if (b >= r.data() && b < r.data() + r.size()) return true;
+    }
+    return false;
+  };
+  const ModelWeights& w = (*m)->weights();
+  EXPECT_FALSE(mapped(w.lm_head.data));
+  EXPECT_TRUE(w.lm_head.packed);
+  int64_t moe_layers = 0;
+  for (const LayerWeights& L : w.layers) {
+    if (!L.is_moe) continue;
+    ++moe_layers;
+    const int64_t E = static_cast<int64_t>(L.moe.experts.size());
+    ASSERT_EQ(E % 2, 0);
+    for (int64_t x = 0; x < E; ++x) {
+      const Weight& g = L.moe.experts[x].gate;
+      const bool own = x >= E / 2;  // rank 1 of 2 owns the upper half
+      EXPECT_EQ(mapped(g.data), !own) << "expert " << x;
+      EXPECT_EQ(g.scales != nullptr && mapped(g.scales), g.scales != nullptr && !own);
+      EXPECT_EQ(g.packed, own) << "expert " << x;
+    }
+    EXPECT_FALSE(mapped(L.moe.shared.gate.data));  // replicated on every rank, so read here
+  }
+  EXPECT_GT(moe_layers, 0);
+  bool reported = false;
+  for (const auto& l : log) reported |= l.find("MiB of this rank's matrices") != std::string::npos;
+  EXPECT_TRUE(reported);
+}
+
 // Rewrites a preset's checkpoint with one edit applied and returns the load error.
 std::string LoadErrorAfter(const std::string& preset,
                            const std::function<void(std::vector<TensorToWrite>&,
