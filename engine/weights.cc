@@ -1,6 +1,7 @@
 #include "engine/weights.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -9,6 +10,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "engine/tensor_set.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/pack.h"
@@ -150,7 +152,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const
     const int64_t packed = m->PackMatrices(m->Matrices(/*own_experts_only=*/false));
     if (opts.log) log(absl::StrCat("packed ", packed >> 20, " MiB of weights for linear reads"));
   } else if (opts.copy_shard) {
-    auto copied = m->CopyShardMatrices();
+    auto copied = m->CopyShardMatrices(opts.log);
     if (!copied.ok()) return copied.status();
     log(absl::StrCat("copied ", *copied >> 20,
                      " MiB of this rank's matrices into huge pages, "
@@ -438,7 +440,8 @@ int64_t Model::PackMatrices(const std::vector<Weight*>& all) {
   return bytes;
 }
 
-absl::StatusOr<int64_t> Model::CopyShardMatrices() {
+absl::StatusOr<int64_t> Model::CopyShardMatrices(
+    const std::function<void(const std::string&)>& log) {
   // A mapped checkpoint costs a rank nothing for the bytes it never reads, but the bytes it does
   // read come in 4 KiB page-cache pages, in the stored layout: on the Zen 4 host a k3-mini decode
   // token read 20 GB/s that way against 41 from a packed huge-page copy. So the matrices this rank
@@ -479,13 +482,33 @@ absl::StatusOr<int64_t> Model::CopyShardMatrices() {
   if (!pages.ok()) return pages.status();
   shard_pages_ = std::move(*pages);
   uint8_t* base = shard_pages_.data();
+  // In rounds of about 1 GB, so that a copy of minutes (a rank's share of a real checkpoint, read
+  // from its files) reports its progress like the whole-model copy does.
   const std::vector<std::pair<const void*, int64_t>> copies(bytes.begin(), bytes.end());
-  cpu::ParallelFor(static_cast<int64_t>(copies.size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      std::memcpy(base + at.at(copies[i].first), copies[i].first,
-                  static_cast<size_t>(copies[i].second));
+  const auto start = std::chrono::steady_clock::now();
+  auto last = start;
+  int64_t done = 0;
+  for (size_t first = 0; first < copies.size();) {
+    size_t end = first;
+    int64_t round = 0;
+    while (end < copies.size() && round < (int64_t{1} << 30)) round += copies[end++].second;
+    cpu::ParallelFor(static_cast<int64_t>(end - first), 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const auto& [src, n] = copies[first + i];
+        std::memcpy(base + at.at(src), src, static_cast<size_t>(n));
+      }
+    });
+    done += round;
+    first = end;
+    const auto now = std::chrono::steady_clock::now();
+    if (log && first < copies.size() &&
+        std::chrono::duration<double>(now - last).count() >= Checkpoint::kProgressSeconds) {
+      last = now;
+      const double s = std::chrono::duration<double>(now - start).count();
+      log(absl::StrFormat("copied %.1f of %.1f GB of this rank's matrices (%.1f GB/s)", done / 1e9,
+                          total / 1e9, done / 1e9 / s));
     }
-  });
+  }
   for (Weight* w : mine) {
     if (auto it = at.find(w->data); it != at.end()) w->data = base + it->second;
     if (auto it = at.find(w->scales); w->scales && it != at.end()) w->scales = base + it->second;

@@ -127,8 +127,8 @@ class Model {
   // (kernels/cpu/pack.h); returns the bytes packed.
   int64_t PackMatrices(const std::vector<Weight*>& matrices);
   // Options::copy_shard: the rank's mapped matrices into shard_pages_, then packed; returns the
-  // bytes copied.
-  absl::StatusOr<int64_t> CopyShardMatrices();
+  // bytes copied. `log` (optional) receives the progress of a long copy.
+  absl::StatusOr<int64_t> CopyShardMatrices(const std::function<void(const std::string&)>& log);
   const float* Vec(const TensorInfo& t, int64_t count = -1);
   const float* Fold(const float* a, const float* b, int64_t n);
   // A copy of columns [begin, begin + count) (MXFP4: whole 32-column blocks).

@@ -174,6 +174,8 @@ int Follow(const ServerConfig& c, Cluster& cl) {
   // Map the files (only this shard's pages are touched) and copy this rank's matrices out.
   opts.memory = WeightMemory::kMap;
   opts.copy_shard = true;
+  const int rank = cl.rank();
+  opts.log = [rank](const std::string& line) { spdlog::info("rank {}: load: {}", rank, line); };
   auto model = Model::Load(c.model_path, opts);
   if (!model.ok()) {
     MpiCommunicator::Abort(absl::StrCat("rank ", cl.rank(), ": cannot load model: ",
