@@ -94,10 +94,10 @@ int main(int argc, char** argv) {
                  filter.c_str());
     return 2;
   }
-  ctx.Log(absl::StrCat("threads ", kimi::cpu::ThreadPool::Global().num_threads(),
-                       " (the process may use ",
-                       kimi::cpu::DescribeCpuBudget(kimi::cpu::ProcessCpuBudget()), "), isa ",
-                       kimi::cpu::IsaName(kimi::cpu::MatMulIsa()), ", repeats ", ctx.repeats));
+  ctx.Log(absl::StrCat(
+      "threads ", kimi::cpu::ThreadPool::Global().num_threads(), " (the process may use ",
+      kimi::cpu::DescribeCpuBudget(kimi::cpu::ProcessCpuBudget()), "), isa ",
+      kimi::cpu::IsaName(kimi::cpu::MatMulIsa()), ", cpu ", HostCpu(), ", repeats ", ctx.repeats));
 
   // The roofline figures (batched decode, prefill.<N>) measure the GEMM peak in their own rounds:
   // build the library GEMMs when they or the prefill.gemm figures run.

@@ -35,6 +35,23 @@ std::string Context::PrefillName(const std::string& preset) const {
   return absl::StrCat("prefill.", prefill_tokens, ".", preset);
 }
 
+std::string HostCpu() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, name, family, model;
+  auto value = [&](const char* key, std::string* out) {
+    if (!out->empty() || line.rfind(key, 0) != 0) return;
+    const size_t colon = line.find(':');
+    if (colon != std::string::npos && colon + 2 <= line.size()) *out = line.substr(colon + 2);
+  };
+  while (std::getline(in, line) && (name.empty() || family.empty() || model.empty())) {
+    value("model name", &name);
+    value("cpu family", &family);
+    if (line.rfind("model\t", 0) == 0) value("model", &model);
+  }
+  if (name.empty()) return "unknown cpu";
+  return family.empty() ? name : absl::StrCat(name, " (family ", family, ", model ", model, ")");
+}
+
 void Context::Log(const std::string& line) const { std::fprintf(stderr, "[bench] %s\n", line.c_str()); }
 
 void Context::Emit(const Figure& f) const {
