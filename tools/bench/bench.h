@@ -60,7 +60,7 @@ struct Context {
   void Log(const std::string& line) const;  // stderr progress
 };
 
-// The processor, from /proc/cpuinfo: "AMD EPYC 9R14 (family 25, model 17)"; "unknown cpu" where it
+// The processor, from /proc/cpuinfo: "AMD EPYC (family 25, model 17)" here; "unknown cpu" where it
 // cannot be read. Runs are only comparable on one kind of host (benchmarks/README.md).
 std::string HostCpu();
 
