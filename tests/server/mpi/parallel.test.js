@@ -59,6 +59,10 @@ async function run(server) {
     try {
       assert.strictEqual(Object.keys(server.ranks).length, np, server.log);
       const got = await run(server);
+      // Every rank copied its matrices out of the mapped files (packed, in huge pages); all have
+      // logged their load once they have served a step.
+      const copies = server.log.match(/load: copied \d+ MiB of this rank's matrices/g) || [];
+      assert.strictEqual(copies.length, np, `ranks that copied their matrices\n${server.log}`);
       let worst = 0;
       for (let i = 0; i < got.length; i++) {
         assert.deepStrictEqual(got[i].tokens, want[i].tokens, `run ${i}`);
