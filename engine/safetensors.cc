@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "kernels/cpu/cgroup.h"
 #include "nlohmann/json.hpp"
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -48,6 +49,10 @@ WeightMemory DefaultWeightMemory() {
     return w;
   }();
   return m;
+}
+
+bool WeightCopyFits(int64_t bytes, std::optional<int64_t> available) {
+  return !available || bytes + bytes / 8 + (int64_t{256} << 20) <= *available;
 }
 
 const char* WeightMemoryName(WeightMemory m) {
@@ -354,12 +359,25 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
     if (::stat((dir + "/" + files[i]).c_str(), &st) == 0) file_bytes[i] = st.st_size;
     total += file_bytes[i];
   }
+  auto gb = [](double bytes) { return absl::StrFormat("%.1f", bytes / 1e9); };
+  if (memory == WeightMemory::kCopyHuge) {
+    const std::optional<int64_t> available = cpu::cgroup::ProcessMemoryAvailable();
+    if (!WeightCopyFits(static_cast<int64_t>(total), available)) {
+      memory = WeightMemory::kMap;
+      if (log) {
+        log(absl::StrCat("a copy of the weights (", gb(total), " GB) would not fit the ",
+                         gb(*available),
+                         " GB this process may still use (the machine's and its "
+                         "cgroups' memory): mapping the files instead, with slower decode (4 KiB "
+                         "pages, weights not packed)"));
+      }
+    }
+  }
   const auto start = std::chrono::steady_clock::now();
   auto last = start;
   auto seconds = [](auto from, auto to) {
     return std::chrono::duration<double>(to - from).count();
   };
-  auto gb = [](double bytes) { return absl::StrFormat("%.1f", bytes / 1e9); };
   for (size_t i = 0; i < files.size(); ++i) {
     const std::string& name = files[i];
     auto f = SafetensorsFile::Open(dir + "/" + name, memory);

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -44,6 +45,9 @@ enum class WeightMemory {
               // from a 64-byte boundary (costs the copy at load; the page cache can then be
               // dropped)
 };
+// Whether a copy of `bytes` of weights fits in `available` (nullopt: unknown, taken as yes) with
+// room left for the rest of the process: an eighth of the copy and 256 MiB.
+bool WeightCopyFits(int64_t bytes, std::optional<int64_t> available);
 // $KIMI_WEIGHT_MEMORY (map, map-huge, copy-huge) or the default (see safetensors.cc for why).
 WeightMemory DefaultWeightMemory();
 const char* WeightMemoryName(WeightMemory m);
@@ -101,6 +105,9 @@ class Checkpoint {
  public:
   // `log` (optional) receives the progress of a long load: with kCopyHuge, which reads every
   // byte, a line at most every kProgressSeconds while files remain, then one for the whole.
+  // kCopyHuge maps the files instead (with a line to `log`) where the copy would not fit the
+  // memory the machine and the process's cgroups still allow (cpu::cgroup::ProcessMemoryAvailable):
+  // a container's memory limit would otherwise end the load in the OOM killer.
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(
       const std::string& dir, WeightMemory memory = DefaultWeightMemory(),
       const std::function<void(const std::string&)>& log = nullptr);

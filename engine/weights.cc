@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/tensor_set.h"
+#include "kernels/cpu/cgroup.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/pack.h"
 #include "kernels/cpu/thread_pool.h"
@@ -154,9 +155,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const
   } else if (opts.copy_shard) {
     auto copied = m->CopyShardMatrices(opts.log);
     if (!copied.ok()) return copied.status();
-    log(absl::StrCat("copied ", *copied >> 20,
-                     " MiB of this rank's matrices into huge pages, "
-                     "packed for linear reads"));
+    if (*copied > 0) {
+      log(absl::StrCat("copied ", *copied >> 20,
+                       " MiB of this rank's matrices into huge pages, packed for linear reads"));
+    }
   }
   m->checkpoint_->Seal();
   m->shard_pages_.Seal();
@@ -476,6 +478,16 @@ absl::StatusOr<int64_t> Model::CopyShardMatrices(
   }
   if (total == 0) {
     PackMatrices(mine);
+    return 0;
+  }
+  if (const std::optional<int64_t> available = cpu::cgroup::ProcessMemoryAvailable();
+      !WeightCopyFits(total, available)) {
+    if (log) {
+      log(absl::StrFormat(
+          "a copy of this rank's matrices (%.1f GB) would not fit the %.1f GB it may still use "
+          "(the machine's and its cgroups' memory): they stay mapped, with slower decode",
+          total / 1e9, *available / 1e9));
+    }
     return 0;
   }
   auto pages = HugePages::Allocate(static_cast<size_t>(total));

@@ -18,6 +18,8 @@
 #include <string>
 #include <string_view>
 
+#include "kernels/cpu/cgroup.h"
+
 namespace kimi::cpu {
 
 struct CpuBudget {
@@ -59,7 +61,7 @@ std::optional<int> ParseCpuList(std::string_view list);
 // The limit over the process's cgroups named in `proc_self_cgroup` (the contents of
 // /proc/self/cgroup), their controllers mounted as `mountinfo` says (/proc/self/mountinfo), their
 // files read through read_file (nullopt: no such file). nullopt: no limit anywhere.
-using ReadFileFn = std::function<std::optional<std::string>(const std::string& path)>;
+using ReadFileFn = cgroup::ReadFileFn;
 std::optional<double> CgroupCpuLimit(std::string_view proc_self_cgroup, std::string_view mountinfo,
                                      const ReadFileFn& read_file);
 // The CPUs of the process's cpuset group (the innermost group up the hierarchy that has the file;

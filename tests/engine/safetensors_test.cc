@@ -181,5 +181,16 @@ TEST(Checkpoint, ReportsTheLoad) {
   }
 }
 
+// The huge-page copy is taken only where it leaves room for the rest of the process (an eighth of
+// the copy and 256 MiB); an unknown amount of memory does not stop it.
+TEST(Safetensors, WeightCopyFitsWithRoomToSpare) {
+  constexpr int64_t kGiB = int64_t{1} << 30, kMiB = int64_t{1} << 20;
+  EXPECT_TRUE(WeightCopyFits(64 * kGiB, std::nullopt));
+  EXPECT_TRUE(WeightCopyFits(kGiB, 2 * kGiB));
+  EXPECT_TRUE(WeightCopyFits(kGiB, kGiB + 128 * kMiB + 256 * kMiB));
+  EXPECT_FALSE(WeightCopyFits(kGiB, kGiB + 128 * kMiB + 256 * kMiB - 1));
+  EXPECT_FALSE(WeightCopyFits(500 * kMiB, 300 * kMiB));  // a container limited below its model
+}
+
 }  // namespace
 }  // namespace kimi
