@@ -5,22 +5,13 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/kernels/cpu/fake_cgroup.h"
 
 namespace kimi::cpu::cgroup {
 namespace {
 
-ReadFileFn Files(std::map<std::string, std::string> files) {
-  return [files = std::move(files)](const std::string& path) -> std::optional<std::string> {
-    const auto it = files.find(path);
-    if (it == files.end()) return std::nullopt;
-    return it->second;
-  };
-}
-
-constexpr char kV2Mount[] =
-    "22 1 0:21 / / rw,relatime - ext4 /dev/vda1 rw\n"
-    "30 22 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 "
-    "rw,nsdelegate,memory_recursiveprot\n";
+using testing::Files;
+using testing::kV2Mount;
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/kernels/cpu/fake_cgroup.h"
 #include "kernels/cpu/thread_pool.h"
 #include <sched.h>
 
@@ -29,19 +30,8 @@ TEST(CpuBudget, ParsesCgroupV1CfsQuota) {
   EXPECT_EQ(ParseCfsQuota("x", "100000"), std::nullopt);
 }
 
-// A fake file system: path -> contents.
-ReadFileFn Files(std::map<std::string, std::string> files) {
-  return [files = std::move(files)](const std::string& path) -> std::optional<std::string> {
-    const auto it = files.find(path);
-    if (it == files.end()) return std::nullopt;
-    return it->second;
-  };
-}
-
-constexpr char kV2Mount[] =
-    "22 1 0:21 / / rw,relatime - ext4 /dev/vda1 rw\n"
-    "30 22 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 "
-    "rw,nsdelegate,memory_recursiveprot\n";
+using testing::Files;
+using testing::kV2Mount;
 
 TEST(CpuBudget, CgroupV2TakesTheSmallestLimitUpTheHierarchy) {
   // A Kubernetes-style nesting: the pod limits 2.5 CPUs, the container itself nothing, a parent
