@@ -1,6 +1,9 @@
-// The model's weights, bound by name from a checkpoint. Matrices stay in the memory map in their
-// stored format (Weight views); small vectors (norms, biases, gates, conv taps) are converted to
-// fp32 once at load. Immutable after load.
+// The model's weights, bound by name from a checkpoint. Matrices are views (Weight) of the
+// checkpoint's memory in their stored format: by default a huge-page copy of the files, packed for
+// the kernels (engine/safetensors.h, kernels/cpu/pack.h); mapped files where the copy would not fit
+// or was not asked for, a rank's own matrices copied out of them (Options::copy_shard). Small
+// vectors (norms, biases, gates, conv taps) are converted to fp32 once at load. Immutable after
+// load.
 #pragma once
 
 #include <functional>
