@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -82,7 +81,7 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 }
 
 SafetensorsFile::~SafetensorsFile() {
-  if (map_) ::munmap(map_, map_size_);
+  if (map_) ::munmap(map_, size_);
 }
 
 namespace {
@@ -153,8 +152,8 @@ absl::StatusOr<HugePages> HugePages::Allocate(size_t bytes) {
   p.data_ = MapHugeAnonymous(p.size_);
   if (p.data_ == nullptr) {
     p.size_ = 0;
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot allocate ", bytes, " bytes of weights: ", std::strerror(errno)));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot allocate ", bytes, " bytes of huge pages (", std::strerror(errno), ")"));
   }
   return p;
 }
@@ -268,21 +267,19 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
       at[i] = used;
       used += (ranges[i].second - ranges[i].first + kTensorAlign - 1) / kTensorAlign * kTensorAlign;
     }
-    constexpr size_t kHuge = size_t{2} << 20;
-    f->map_size_ = std::max<size_t>(kHuge, (used + kHuge - 1) / kHuge * kHuge);
-    uint8_t* arena = MapHugeAnonymous(f->map_size_);
-    if (arena == nullptr) {
-      return absl::InternalError(absl::StrCat("cannot allocate ", f->map_size_,
-                                              " bytes for the weights of ", path, ": ",
-                                              std::strerror(errno)));
+    auto pages = HugePages::Allocate(used);
+    if (!pages.ok()) {
+      return absl::InternalError(
+          absl::StrCat(pages.status().message(), " for the weights of ", path));
     }
-    f->map_ = arena;
+    f->copy_ = std::move(*pages);
+    uint8_t* arena = f->copy_.data();
     f->size_ = used;
     for (size_t i : order) {
       const uint64_t n = ranges[i].second - ranges[i].first;
       if (absl::Status s = ReadAt(fd, path, arena + at[i], n, data_begin + ranges[i].first);
           !s.ok()) {
-        return s;  // the destructor unmaps the arena
+        return s;  // the copy is unmapped with the file
       }
       f->tensors_[i].data = arena + at[i];
     }
@@ -290,7 +287,6 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     return f;
   }
 
-  f->map_size_ = f->size_;
   void* map = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
   if (map == MAP_FAILED) {
     return absl::InternalError(absl::StrCat("cannot map ", path, ": ", std::strerror(errno)));
@@ -373,23 +369,15 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
       }
     }
   }
-  const auto start = std::chrono::steady_clock::now();
-  auto last = start;
-  auto seconds = [](auto from, auto to) {
-    return std::chrono::duration<double>(to - from).count();
-  };
+  LoadProgress progress;
   for (size_t i = 0; i < files.size(); ++i) {
     const std::string& name = files[i];
     auto f = SafetensorsFile::Open(dir + "/" + name, memory);
     if (!f.ok()) return f.status();
     done += file_bytes[i];
-    const auto now = std::chrono::steady_clock::now();
-    if (log && memory == WeightMemory::kCopyHuge && i + 1 < files.size() &&
-        seconds(last, now) >= kProgressSeconds) {
-      last = now;
+    if (log && memory == WeightMemory::kCopyHuge && i + 1 < files.size() && progress.Due()) {
       log(absl::StrCat("read ", i + 1, " of ", files.size(), " files, ", gb(done), " of ",
-                       gb(total), " GB (", gb(done / std::max(seconds(start, now), 1e-3)),
-                       " GB/s)"));
+                       gb(total), " GB (", gb(done / progress.Seconds()), " GB/s)"));
     }
     for (const TensorInfo& t : (*f)->tensors()) {
       if (!weight_map.empty()) {
@@ -409,21 +397,19 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
     }
   }
   if (log) {
-    const double s = seconds(start, std::chrono::steady_clock::now());
-    log(absl::StrCat(memory == WeightMemory::kCopyHuge ? "read " : "mapped ", files.size(),
-                     files.size() == 1 ? " file, " : " files, ", gb(done), " GB in ",
-                     absl::StrFormat("%.1f", s), " s",
-                     memory == WeightMemory::kCopyHuge
-                         ? absl::StrCat(" (", gb(done / std::max(s, 1e-3)), " GB/s)")
-                         : "",
-                     ", weights in ", WeightMemoryName(memory), " memory"));
+    const double s = progress.Seconds();
+    log(absl::StrCat(
+        memory == WeightMemory::kCopyHuge ? "read " : "mapped ", files.size(),
+        files.size() == 1 ? " file, " : " files, ", gb(done), " GB in ", absl::StrFormat("%.1f", s),
+        " s", memory == WeightMemory::kCopyHuge ? absl::StrCat(" (", gb(done / s), " GB/s)") : "",
+        ", weights in ", WeightMemoryName(memory), " memory"));
   }
   return ckpt;
 }
 
 void SafetensorsFile::Seal() {
   if (!writable_) return;
-  ::mprotect(map_, map_size_, PROT_READ);
+  copy_.Seal();
   writable_ = false;
 }
 

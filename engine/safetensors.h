@@ -3,6 +3,8 @@
 // whole; a checkpoint is one `model.safetensors` or shards listed in `model.safetensors.index.json`.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -85,33 +87,55 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // The memory holding the tensors: the whole file mapped (header included), or for kCopyHuge the
   // copy of its tensors.
-  std::span<const uint8_t> bytes() const { return {static_cast<const uint8_t*>(map_), size_}; }
+  std::span<const uint8_t> bytes() const {
+    return {copy_.data() ? copy_.data() : static_cast<const uint8_t*>(map_), size_};
+  }
   // A kCopyHuge file is private writable memory until Seal() makes it read-only.
   bool writable() const { return writable_; }
   void Seal();
 
  private:
   SafetensorsFile() = default;
-  void* map_ = nullptr;
+  void* map_ = nullptr;  // the file mapped (not kCopyHuge)
+  HugePages copy_;       // kCopyHuge: the tensors' copy
   size_t size_ = 0;      // bytes of bytes(): the file, or the tensors' copy with its padding
-  size_t map_size_ = 0;  // bytes mapped (rounded up for kCopyHuge)
   bool writable_ = false;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;
+};
+
+// The pace of a long load's progress lines (the checkpoint's copy, a rank's copy of its matrices).
+class LoadProgress {
+ public:
+  static constexpr double kSeconds = 10.0;
+  // Whether a line is due: kSeconds since the start or since the last line due.
+  bool Due() {
+    const auto now = std::chrono::steady_clock::now();
+    if (std::chrono::duration<double>(now - last_).count() < kSeconds) return false;
+    last_ = now;
+    return true;
+  }
+  // Seconds since the start (at least 1 ms, for a rate).
+  double Seconds() const {
+    return std::max(
+        1e-3, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_ = start_;
 };
 
 // All tensors of a checkpoint directory, by name.
 class Checkpoint {
  public:
   // `log` (optional) receives the progress of a long load: with kCopyHuge, which reads every
-  // byte, a line at most every kProgressSeconds while files remain, then one for the whole.
+  // byte, a line at most every LoadProgress::kSeconds while files remain, then one for the whole.
   // kCopyHuge maps the files instead (with a line to `log`) where the copy would not fit the
   // memory the machine and the process's cgroups still allow (cpu::cgroup::ProcessMemoryAvailable):
   // a container's memory limit would otherwise end the load in the OOM killer.
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(
       const std::string& dir, WeightMemory memory = DefaultWeightMemory(),
       const std::function<void(const std::string&)>& log = nullptr);
-  static constexpr double kProgressSeconds = 10.0;
 
   const TensorInfo* Find(std::string_view name) const;
   const std::map<std::string, TensorInfo, std::less<>>& tensors() const { return tensors_; }

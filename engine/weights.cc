@@ -1,7 +1,6 @@
 #include "engine/weights.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -497,8 +496,7 @@ absl::StatusOr<int64_t> Model::CopyShardMatrices(
   // In rounds of about 1 GB, so that a copy of minutes (a rank's share of a real checkpoint, read
   // from its files) reports its progress like the whole-model copy does.
   const std::vector<std::pair<const void*, int64_t>> copies(bytes.begin(), bytes.end());
-  const auto start = std::chrono::steady_clock::now();
-  auto last = start;
+  LoadProgress progress;
   int64_t done = 0;
   for (size_t first = 0; first < copies.size();) {
     size_t end = first;
@@ -512,13 +510,9 @@ absl::StatusOr<int64_t> Model::CopyShardMatrices(
     });
     done += round;
     first = end;
-    const auto now = std::chrono::steady_clock::now();
-    if (log && first < copies.size() &&
-        std::chrono::duration<double>(now - last).count() >= Checkpoint::kProgressSeconds) {
-      last = now;
-      const double s = std::chrono::duration<double>(now - start).count();
+    if (log && first < copies.size() && progress.Due()) {
       log(absl::StrFormat("copied %.1f of %.1f GB of this rank's matrices (%.1f GB/s)", done / 1e9,
-                          total / 1e9, done / 1e9 / s));
+                          total / 1e9, done / 1e9 / progress.Seconds()));
     }
   }
   for (Weight* w : mine) {

@@ -166,17 +166,30 @@ void LogThreads() {
   }
 }
 
-// Every rank but 0: load this rank's shard and follow rank 0's steps until it says stop.
-int Follow(const ServerConfig& c, Cluster& cl) {
+// How this process loads its piece of the model. Under mpirun each rank maps the files (only its
+// shard's pages are touched) and copies its own matrices out (Model::Options::copy_shard); ranks
+// other than 0 prefix their load lines with their number.
+Model::Options LoadOptions(const Cluster& cl) {
   Model::Options opts;
   opts.layout = cl.layout;
   opts.rank = cl.rank();
-  // Map the files (only this shard's pages are touched) and copy this rank's matrices out.
-  opts.memory = WeightMemory::kMap;
-  opts.copy_shard = true;
-  const int rank = cl.rank();
-  opts.log = [rank](const std::string& line) { spdlog::info("rank {}: load: {}", rank, line); };
-  auto model = Model::Load(c.model_path, opts);
+  if (cl.world) {
+    opts.memory = WeightMemory::kMap;
+    opts.copy_shard = true;
+  }
+  opts.log = [rank = cl.rank()](const std::string& line) {
+    if (rank == 0) {
+      spdlog::info("load: {}", line);
+    } else {
+      spdlog::info("rank {}: load: {}", rank, line);
+    }
+  };
+  return opts;
+}
+
+// Every rank but 0: load this rank's shard and follow rank 0's steps until it says stop.
+int Follow(const ServerConfig& c, Cluster& cl) {
+  auto model = Model::Load(c.model_path, LoadOptions(cl));
   if (!model.ok()) {
     MpiCommunicator::Abort(absl::StrCat("rank ", cl.rank(), ": cannot load model: ",
                                         model.status().message()));
@@ -317,14 +330,7 @@ int Run(int argc, char** argv) {
     if (const char* delay = std::getenv("KIMI_TEST_LOAD_DELAY_MS")) {
       std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)));
     }
-    Model::Options opts;
-    opts.log = [](const std::string& line) { spdlog::info("load: {}", line); };
-    opts.layout = cluster->layout;
-    if (cluster->world) {  // as Follow's ranks do
-      opts.memory = WeightMemory::kMap;
-      opts.copy_shard = true;
-    }
-    auto model = Model::Load(c.model_path, opts);
+    auto model = Model::Load(c.model_path, LoadOptions(*cluster));
     if (!model.ok()) {
       spdlog::error("cannot load model: {}", std::string(model.status().message()));
       load_result = 1;

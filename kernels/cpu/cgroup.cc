@@ -158,12 +158,6 @@ std::optional<int64_t> ParseBytes(std::string_view s) {
   return static_cast<int64_t>(*v);
 }
 
-std::optional<int64_t> Smaller(std::optional<int64_t> a, std::optional<int64_t> b) {
-  if (!a) return b;
-  if (!b) return a;
-  return std::min(*a, *b);
-}
-
 }  // namespace
 
 std::optional<int64_t> MemoryLeft(std::string_view proc_self_cgroup, std::string_view mountinfo,
@@ -176,7 +170,7 @@ std::optional<int64_t> MemoryLeft(std::string_view proc_self_cgroup, std::string
     if (!limit) return;
     const auto usage_text = read_file(dir + usage_file);
     const int64_t usage = usage_text ? ParseBytes(*usage_text).value_or(0) : 0;
-    left = Smaller(left, std::max<int64_t>(0, *limit - usage));
+    left = Smaller(left, std::optional<int64_t>(std::max<int64_t>(0, *limit - usage)));
   };
   WalkGroups(proc_self_cgroup, mountinfo, true, "", [&](const std::string& dir) {
     limit_less_usage(dir, "/memory.max", "/memory.current");

@@ -33,6 +33,14 @@ std::optional<int64_t> ParseMemAvailable(std::string_view meminfo);
 // nullopt when neither can be read.
 std::optional<int64_t> ProcessMemoryAvailable();
 
+// The tighter of two limits, either of which may be absent (no limit).
+template <class T>
+std::optional<T> Smaller(std::optional<T> a, std::optional<T> b) {
+  if (!a) return b;
+  if (!b) return a;
+  return *a < *b ? a : b;
+}
+
 // Pieces shared with cpu_budget.cc.
 std::vector<std::string_view> Lines(std::string_view s);
 // Whitespace-separated words.

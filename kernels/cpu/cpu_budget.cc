@@ -3,9 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -17,14 +14,9 @@ namespace {
 
 using cgroup::ParseNumber;
 using cgroup::ReadWholeFile;
+using cgroup::Smaller;
 using cgroup::WalkGroups;
 using cgroup::Words;
-
-std::optional<double> Smaller(std::optional<double> a, std::optional<double> b) {
-  if (!a) return b;
-  if (!b) return a;
-  return std::min(*a, *b);
-}
 
 }  // namespace
 

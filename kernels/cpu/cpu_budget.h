@@ -13,7 +13,6 @@
 #pragma once
 
 #include <algorithm>
-#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
