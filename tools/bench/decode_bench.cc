@@ -151,7 +151,7 @@ void DecodeB1(const Context& ctx, const std::string& preset, const Model& m) {
   const bool want2 = ctx.Wants(name2), want1 = ctx.Wants(name1);
   if (!want2 && !want1) return;
   constexpr int kTokens = 12;
-  DecodeBatch batch(m, 1, 16 + 2 * (ctx.repeats + 1) * kTokens + 2 * ctx.profile_steps);
+  DecodeBatch batch(m, 1, 16 + 2 * (ctx.repeats + 1) * kTokens + 4 * ctx.profile_steps);
   batch.Prefill(8);
   const auto regions = m.WeightRegions();
   const double bytes = static_cast<double>(m.ActiveWeightBytes());
@@ -159,8 +159,13 @@ void DecodeB1(const Context& ctx, const std::string& preset, const Model& m) {
   const int all = pool.num_threads();
   std::vector<double> bw[2], tok[2], other;
   batch.Step();  // warm-up: first touch of every active weight
-  if (ctx.profile_steps > 0) {  // tokens alone on all threads
-    ProfileRun(ctx, name2, "token", [&] { return batch.Step(); });
+  if (ctx.profile_steps > 0) {  // tokens alone, on the threads of each figure asked for
+    for (int v = 0; v < 2; ++v) {
+      if ((v == 0 && !want2) || (v == 1 && !want1)) continue;
+      pool.SetActiveThreads(v == 0 ? all : 1);
+      ProfileRun(ctx, v == 0 ? name2 : name1, "token", [&] { return batch.Step(); });
+      pool.SetActiveThreads(0);
+    }
     return;
   }
   for (int r = 0; r < ctx.repeats; ++r) {
