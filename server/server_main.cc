@@ -304,6 +304,9 @@ int Run(int argc, char** argv) {
   builder.AddListeningPort(c.listen, *creds, &port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(static_cast<int>(c.max_request_bytes));
+  // gRPC binds with SO_REUSEPORT by default on Linux: a second server on a port in use would start
+  // and silently share its connections with the first. Off, the bind fails as it should.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     spdlog::error("cannot listen on {} (address in use or invalid)", c.listen);

@@ -134,6 +134,11 @@ function readLogits(file) {
       assert.strictEqual(ids.final.usage.prompt_tokens, 4);
       assert.strictEqual(ids.tokens.length, 3);
     }],
+    ['a second server on the port in use fails to start', async () => {
+      // Without SO_REUSEPORT off, gRPC let it bind and split the port's connections between two.
+      const second = h.startServer(['--listen', server.address()], { waitServing: false });
+      await assert.rejects(second, /cannot listen on 127\.0\.0\.1:\d+ \(address in use/);
+    }],
     ['health reports SERVING; reflection lists the services', async () => {
       const hc = h.healthClient(server);
       for (const service of ['', 'kimi.v1.Generation']) {
