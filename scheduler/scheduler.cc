@@ -36,6 +36,10 @@ Scheduler::Scheduler(const ModelConfig& model, const SchedulerConfig& config, En
       token_budget_(config.token_budget) {
   if (config_.max_context <= 0) config_.max_context = model.max_context;
   if (state.kv) config_.page_size = state.kv->page_size();
+  // A sequence cannot outgrow the KV pool even alone: past it, preempting itself for pages would
+  // swap it out and back in every step without progress. It ends at the limit instead (LENGTH).
+  config_.max_context =
+      std::min(config_.max_context, PoolContextLimit(pages_.capacity(), config_.page_size));
   if (config_.prefix_interval > 0) {
     assert(config_.prefix_interval % config_.chunk_grid == 0 &&
            config_.prefix_interval % config_.page_size == 0 && "validated by the caller");
@@ -64,15 +68,12 @@ absl::Status Scheduler::Validate(const RequestSpec& spec) const {
   if (spec.prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
   const int64_t len = static_cast<int64_t>(spec.prompt.size());
   if (len >= config_.max_context) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt has ", len,
-                                                   " tokens; the context limit is ",
-                                                   config_.max_context));
-  }
-  const int64_t pages_needed = (len + 1 + config_.page_size - 1) / config_.page_size;
-  if (pages_needed > pages_.capacity()) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt needs ", pages_needed,
-                                                   " KV pages; the pool has ",
-                                                   pages_.capacity()));
+    const bool pool = config_.max_context == PoolContextLimit(pages_.capacity(), config_.page_size);
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt has ", len, " tokens; the context limit is ", config_.max_context,
+                     pool ? absl::StrCat(" (what the KV pool's ", pages_.capacity(), " pages of ",
+                                         config_.page_size, " positions hold)")
+                          : ""));
   }
   if (spec.max_tokens <= 0) return absl::InvalidArgumentError("max_tokens must be positive");
   return absl::OkStatus();

@@ -50,6 +50,9 @@ struct SchedulerConfig {
   double aging_seconds = 10.0;               // waiting this long raises priority by one
 };
 
+// The longest sequence (prompt + output) that `pages` KV pages of `page_size` positions hold.
+inline int64_t PoolContextLimit(int64_t pages, int64_t page_size) { return pages * page_size; }
+
 // One request's share of a step.
 struct PlannedSeq {
   Request* request;

@@ -353,6 +353,16 @@ int Run(int argc, char** argv) {
     b.tokenizer = std::move(*tok);
     sched::LoopConfig lc;
     lc.scheduler = Pools(c, b.model->config());
+    // A sequence cannot outgrow the KV pool: the pool bounds the context (as the scheduler does),
+    // so requests are checked against it and GetModelInfo reports it.
+    if (const int64_t held = sched::PoolContextLimit(lc.scheduler.num_pages, c.page_size);
+        held < b.model->config().max_context) {
+      spdlog::info(
+          "context limit {} tokens: the KV cache pool holds {} pages of {} "
+          "(memory.kv_cache_mib {}); the model or --max-context allows {}",
+          held, lc.scheduler.num_pages, c.page_size, c.kv_cache_mib, b.model->config().max_context);
+      b.model->LimitContext(held);
+    }
     lc.text = DetokenizerFactory(b.tokenizer.get());
     lc.engine = EngineOptionsOf(c);
     lc.on_step = [&b](const sched::StepStats& step, const sched::SchedulerStats& stats) {

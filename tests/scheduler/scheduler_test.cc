@@ -201,6 +201,38 @@ TEST(Scheduler, SwapPreemptionRestoresState) {
   for (size_t i = 0; i < 40; ++i) EXPECT_EQ(tokens["second"][i], (40 + i) % 32);
 }
 
+// A request the KV pool cannot hold to its max_tokens ends where the pool is full (LENGTH). It
+// used to preempt itself for pages, and swap out and back in every step without progress.
+TEST(Scheduler, ALoneRequestEndsAtWhatThePoolHolds) {
+  for (PreemptPolicy policy : {PreemptPolicy(SwapToHost{}), PreemptPolicy(Recompute{})}) {
+    SchedulerConfig c = Small();
+    c.num_pages = 6;  // 96 positions
+    c.preempt = policy;
+    Fixture f(c);
+    ASSERT_TRUE(f.sched.Add(f.Spec("long", 40, 100)).ok());
+    std::vector<int32_t> tokens;
+    RequestEvent last;
+    for (int i = 0; i < 200 && f.sched.HasWork(); ++i) {
+      for (auto& e : f.Step()) {
+        for (auto& t : e.tokens) tokens.push_back(t.token);
+        last = e;
+      }
+    }
+    EXPECT_FALSE(f.sched.HasWork());
+    EXPECT_EQ(last.finish, FinishReason::kLength);
+    EXPECT_EQ(tokens.size(), 56u);  // 40 + 56 = the 96 positions
+    EXPECT_EQ(f.sched.Stats().preempt_swap + f.sched.Stats().preempt_recompute, 0);
+    EXPECT_EQ(f.sched.Concurrency(), 1);
+
+    const absl::Status too_long = f.sched.Add(f.Spec("too-long", 96, 1));
+    EXPECT_EQ(too_long.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(too_long.message(),
+              "prompt has 96 tokens; the context limit is 96 (what the KV pool's 6 pages of 16 "
+              "positions hold)");
+    EXPECT_TRUE(f.sched.Add(f.Spec("fits", 95, 1)).ok());
+  }
+}
+
 TEST(Scheduler, RecomputePreemptionFinishesEverything) {
   SchedulerConfig c = Small();
   c.num_pages = 6;
