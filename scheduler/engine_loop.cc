@@ -119,6 +119,11 @@ void EngineLoop::Deliver(std::vector<RequestEvent> events) {
         ev.prompt_tokens = done[0].prompt_tokens;
         ev.completion_tokens = done[0].completion_tokens;
       }
+    } else if (stopped && ev.finish == FinishReason::kLength) {
+      // The stop string ended the text on the last token max_tokens (or the context) allowed:
+      // the text stops for the string, not for the length.
+      ev.finish = FinishReason::kStop;
+      ev.detail = "stop string";
     } else if (ev.finish != FinishReason::kNone && live.text) {
       out.text += live.text->Finish();
     }

@@ -111,6 +111,22 @@ function readLogits(file) {
       assert.strictEqual(r.text, text.slice(0, text.indexOf(stop)));
       assert.ok(!r.text.includes(stop));
     }],
+    ['a stop string the last allowed token completes finishes with STOP', async () => {
+      const base = await h.generate(c, { text: 'abc', max_tokens: 24, ignore_eos: true,
+                                         sampling: { temperature: 0 } });
+      // The first k tokens' text ends in a (plain ASCII) stop string found nowhere before it.
+      let k = 0, stop = '', upto = '';
+      for (let n = 8; n <= 24 && !stop; n++) {
+        const t = (await h.unary(c, 'Detokenize', { token_ids: base.tokens.slice(0, n) })).res.text;
+        const s = t.slice(-2);
+        if (/^[ -~]{2}$/.test(s) && t.indexOf(s) === t.length - 2) [k, stop, upto] = [n, s, t];
+      }
+      assert.ok(stop, `no usable stop string in ${JSON.stringify(base.text)}`);
+      const r = await h.generate(c, { text: 'abc', max_tokens: k, ignore_eos: true,
+                                      sampling: { temperature: 0 }, stop: [stop] });
+      assert.strictEqual(r.final.finish_reason, 'FINISH_REASON_STOP');
+      assert.strictEqual(r.text, upto.slice(0, -2));
+    }],
     ['logprobs: chosen token and top-n, best first', async () => {
       const r = await h.generate(c, { text: 'logprobs', max_tokens: 4, logprobs: 3,
                                       sampling: { temperature: 0 }, ignore_eos: true });
