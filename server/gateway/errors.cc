@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "absl/strings/cord.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace kimi::gateway {
@@ -10,6 +11,7 @@ namespace {
 
 constexpr char kParamUrl[] = "type.kimi.dev/gateway.param";
 constexpr char kCodeUrl[] = "type.kimi.dev/gateway.code";
+constexpr char kRequestTooLarge[] = "request_too_large";
 
 std::string Payload(const absl::Status& s, const char* url) {
   auto p = s.GetPayload(url);  // absl::optional (Debian's abseil has its own)
@@ -115,6 +117,10 @@ absl::Status ModelNotFound(std::string_view model) {
       "model", "model_not_found");
 }
 
+absl::Status RequestTooLarge(std::string_view message) {
+  return WithDetails(absl::InvalidArgumentError(std::string(message)), "", kRequestTooLarge);
+}
+
 absl::Status InvalidApiKey(std::string_view message) {
   return WithDetails(absl::UnauthenticatedError(std::string(message)), "", "invalid_api_key");
 }
@@ -124,6 +130,13 @@ absl::Status FromGrpc(const grpc::Status& status, const ParamNames& names) {
   // absl and gRPC share the canonical code numbering (google.rpc.Code).
   const auto code = static_cast<absl::StatusCode>(status.error_code());
   const std::string& message = status.error_message();
+  // gRPC's own size check (the server's max_request_bytes) answers RESOURCE_EXHAUSTED, which
+  // would read as a rate limit (429, retried by clients): the request itself is too large.
+  if (code == absl::StatusCode::kResourceExhausted &&
+      absl::StartsWith(message, "Received message larger than max")) {
+    return RequestTooLarge(absl::StrCat(
+        "The request is too large for the backend (its server.max_request_bytes): ", message));
+  }
   const std::string_view field = LeadingField(message);
   if (field.empty()) return absl::Status(code, message);
   const std::string param = names.Rename(field);
@@ -141,7 +154,7 @@ HttpError ToHttpError(const absl::Status& status) {
   std::string code = CodeOf(status);
   if (code.empty() && shape.code) code = shape.code;
   HttpError e;
-  e.status = shape.http;
+  e.status = code == kRequestTooLarge ? 413 : shape.http;
   e.body = {{"error",
              {{"message", std::string(status.message())},
               {"type", shape.type},

@@ -42,6 +42,8 @@ absl::Status InvalidParam(std::string_view param, std::string_view message,
 absl::Status InvalidType(std::string_view param, std::string_view expected);
 absl::Status UnsupportedParam(std::string_view param, std::string_view detail = "");
 absl::Status ModelNotFound(std::string_view model);
+// A request larger than the gateway or the backend accepts: HTTP 413, `request_too_large`.
+absl::Status RequestTooLarge(std::string_view message);
 absl::Status InvalidApiKey(std::string_view message);
 
 // A status with OpenAI's `param` and `code` attached (empty: null).

@@ -50,7 +50,7 @@ void ConfigureHttp(httplib::Server& server, const GatewayFlags& flags) {
   server.set_tcp_nodelay(true);           // each SSE chunk leaves at once
   server.set_keep_alive_max_count(1000);  // requests per connection
   server.set_write_timeout(30);           // a client that reads nothing for 30 s is dropped
-  server.set_payload_max_length(16u << 20);
+  server.set_payload_max_length(kMaxBodyBytes);
 }
 
 // Binds the HTTP port; returns the port (the chosen one for port 0), or an error.

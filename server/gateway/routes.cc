@@ -98,11 +98,14 @@ httplib::Server::HandlerResponse OnHttpError(const httplib::Request& req, httpli
   const std::string what = res.status == 404
                                ? absl::StrCat("Unknown request URL: ", req.method, " ", req.path)
                                : absl::StrCat("HTTP ", res.status, ": ", req.method, " ", req.path);
-  absl::Status s = res.status == 404   ? absl::NotFoundError(what)
-                   : res.status == 413 ? absl::InvalidArgumentError("request body too large")
-                                       : absl::InvalidArgumentError(what);
+  absl::Status s =
+      res.status == 404 ? WithDetails(absl::NotFoundError(what), "", "unknown_url")
+      : res.status == 413
+          ? RequestTooLarge(absl::StrCat("The request body is larger than the gateway accepts (",
+                                         kMaxBodyBytes >> 20, " MiB)."))
+          : absl::InvalidArgumentError(what);
   const int status = res.status;
-  SendError(res, WithDetails(s, "", res.status == 404 ? "unknown_url" : ""));
+  SendError(res, s);
   res.status = status;
   return httplib::Server::HandlerResponse::Handled;
 }

@@ -14,6 +14,9 @@
 
 namespace kimi::gateway {
 
+// The largest request body accepted (larger ones get 413 request_too_large).
+inline constexpr size_t kMaxBodyBytes = 16u << 20;
+
 void AddRoutes(httplib::Server& server, Gateway& gateway);
 
 }  // namespace kimi::gateway

@@ -1,8 +1,8 @@
 // Errors through kimi-gateway, in OpenAI's shape and with OpenAI's HTTP statuses, as the official
 // client sees them: unsupported parameters (400 naming them), bad values (400 with param, from the
 // gateway and from the server), unknown model (404), API keys (401, the gateway's own and passed
-// through to the server), a full queue (429), a backend that is down (503) and health before and
-// after the backend serves.
+// through to the server), a request too large (413), a full queue (429), a backend that is down
+// (503) and health before and after the backend serves.
 'use strict';
 const assert = require('assert');
 const fs = require('fs');
@@ -78,6 +78,20 @@ function assertApiError(e, status, param, code) {
       const missing = await h.request(gw, 'GET', '/v1/engines');
       assert.strictEqual(missing.status, 404);
       assert.strictEqual(missing.body.error.code, 'unknown_url');
+    }],
+    ['a request too large for the backend or the gateway is a 413, not a 429 to retry', async () => {
+      // 5 MB of prompt: over the server's 4 MiB message limit (gRPC answers RESOURCE_EXHAUSTED).
+      const big = JSON.stringify({ model, prompt: 'x '.repeat(2500000), max_tokens: 1 });
+      const r = await h.request(gw, 'POST', '/v1/completions', { body: big });
+      assert.strictEqual(r.status, 413, JSON.stringify(r.body));
+      assert.strictEqual(r.body.error.code, 'request_too_large');
+      assert.strictEqual(r.body.error.type, 'invalid_request_error');
+      assert.ok(r.body.error.message.includes('server.max_request_bytes'), r.body.error.message);
+      // 17 MB: over the gateway's own body limit.
+      const huge = JSON.stringify({ model, prompt: 'x '.repeat(8500000), max_tokens: 1 });
+      const g = await h.request(gw, 'POST', '/v1/completions', { body: huge });
+      assert.strictEqual(g.status, 413);
+      assert.strictEqual(g.body.error.code, 'request_too_large');
     }],
     ['an unknown model is a 404 model_not_found', async () => {
       for (const stream of [false, true]) {

@@ -33,6 +33,23 @@ TEST(Errors, BodyHasOpenAIShape) {
   EXPECT_EQ(down.body["error"]["code"], "service_unavailable");
 }
 
+// gRPC's own message-size check also answers RESOURCE_EXHAUSTED: that is the request's size, not
+// a rate limit a client should retry.
+TEST(Errors, AMessageOverTheBackendsSizeLimitIsTooLarge) {
+  const HttpError e =
+      ToHttpError(FromGrpc(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                        "Received message larger than max (5242918 vs. 4194304)")));
+  EXPECT_EQ(e.status, 413);
+  EXPECT_EQ(e.body, json({{"error",
+                           {{"message",
+                             "The request is too large for the backend (its "
+                             "server.max_request_bytes): Received message larger than max "
+                             "(5242918 vs. 4194304)"},
+                            {"type", "invalid_request_error"},
+                            {"param", nullptr},
+                            {"code", "request_too_large"}}}}));
+}
+
 TEST(Errors, BackendFieldBecomesOpenAIParam) {
   ParamNames names;
   names.renames = {{"sampling.top_p", "top_p"},
