@@ -341,6 +341,7 @@ grpc::ServerUnaryReactor* GenerationService::Detokenize(grpc::CallbackServerCont
   tokenizer::StreamingDetokenizer detok(backend_->tokenizer.get(),
                                         {{}, /*skip_special_tokens=*/false});
   std::string text;
+  std::vector<int32_t> ids;
   for (int i = 0; i < request->token_ids_size(); ++i) {
     if (request->token_ids(i) >= static_cast<uint32_t>(vocab)) {
       reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -348,10 +349,12 @@ grpc::ServerUnaryReactor* GenerationService::Detokenize(grpc::CallbackServerCont
                                                 " is not a token id (must be < ", vocab, ")")));
       return reactor;
     }
-    text += detok.Push(static_cast<int32_t>(request->token_ids(i))).text;
+    ids.push_back(static_cast<int32_t>(request->token_ids(i)));
+    text += detok.Push(ids.back()).text;
   }
   text += detok.Finish().text;  // incomplete UTF-8 at the end becomes U+FFFD
   response->set_text(text);
+  response->set_raw(backend_->tokenizer->Decode(ids));
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -138,15 +138,15 @@ absl::StatusOr<v1::ModelInfo> BackendClient::GetModelInfo(const std::string& aut
   return info;
 }
 
-absl::StatusOr<std::string> BackendClient::Detokenize(const std::vector<uint32_t>& token_ids,
-                                                      const std::string& authorization) {
+absl::StatusOr<v1::DetokenizeResponse> BackendClient::Detokenize(
+    const std::vector<uint32_t>& token_ids, const std::string& authorization) {
   grpc::ClientContext ctx;
   Prepare(&ctx, authorization, kUnaryDeadline);
   v1::DetokenizeRequest request;
   for (uint32_t id : token_ids) request.add_token_ids(id);
   v1::DetokenizeResponse response;
   if (absl::Status s = ToAbsl(stub_->Detokenize(&ctx, request, &response)); !s.ok()) return s;
-  return response.text();
+  return response;
 }
 
 absl::StatusOr<bool> BackendClient::Serving() {

@@ -65,8 +65,8 @@ class BackendClient {
                                          const std::string& authorization, int choice,
                                          std::shared_ptr<EventQueue> events);
   absl::StatusOr<v1::ModelInfo> GetModelInfo(const std::string& authorization);
-  absl::StatusOr<std::string> Detokenize(const std::vector<uint32_t>& token_ids,
-                                         const std::string& authorization);
+  absl::StatusOr<v1::DetokenizeResponse> Detokenize(const std::vector<uint32_t>& token_ids,
+                                                    const std::string& authorization);
   // grpc.health.v1 Check of the whole server: true when SERVING.
   absl::StatusOr<bool> Serving();
 

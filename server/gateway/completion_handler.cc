@@ -94,7 +94,7 @@ class Session {
   void Render(const StreamEvent& e, std::string* out);
   std::string RequestId(size_t choice) const;
   std::string TokenText(uint32_t id) const {
-    return g_.token_texts->Get(meta_.model, id, authorization_);
+    return g_.token_bytes->Get(meta_.model, id, authorization_);
   }
   bool AllEnded() const { return ended_ == choices_.size(); }
   std::vector<ChoiceResult> Results() const;

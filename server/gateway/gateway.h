@@ -8,14 +8,14 @@
 #include "server/gateway/backend_client.h"
 #include "server/gateway/openai_request.h"
 #include "server/gateway/served_model.h"
-#include "server/gateway/token_texts.h"
+#include "server/gateway/token_bytes.h"
 
 namespace kimi::gateway {
 
 struct Gateway {
   BackendClient* backend = nullptr;
   ServedModel* model = nullptr;
-  TokenTexts* token_texts = nullptr;
+  TokenBytes* token_bytes = nullptr;
   RequestOptions request_options;
   // The gateway's own keys (--api-keys-file). Disabled: the client's Authorization header goes to
   // the backend as is. Enabled: the client must present one of them, and the backend gets

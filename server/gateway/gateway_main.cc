@@ -109,11 +109,11 @@ int Run(int argc, char** argv) {
 
   BackendClient backend(flags->backend);
   ServedModel model(&backend);
-  TokenTexts token_texts(&backend);
+  TokenBytes token_bytes(&backend);
   Gateway g;
   g.backend = &backend;
   g.model = &model;
-  g.token_texts = &token_texts;
+  g.token_bytes = &token_bytes;
   g.request_options.default_max_tokens = static_cast<uint32_t>(flags->default_max_tokens);
   g.request_options.max_choices = static_cast<int>(flags->max_choices);
   g.keys = std::move(*keys);

@@ -1,5 +1,8 @@
 #include "server/gateway/openai_response.h"
 
+#include "absl/strings/str_cat.h"
+#include "tokenizer/utf8.h"
+
 namespace kimi::gateway {
 namespace {
 
@@ -26,6 +29,22 @@ json Bytes(const std::string& s) {
   return b;
 }
 
+// A token as logprobs name it: its bytes where they are UTF-8; else, as OpenAI writes a token that
+// splits a character, "bytes:" and each byte as \xHH (so that two such tokens stay distinct).
+std::string TokenString(const std::string& bytes) {
+  uint32_t cp;
+  size_t i = 0;
+  while (i < bytes.size()) {
+    const size_t n = tokenizer::DecodeUtf8(bytes, i, &cp);
+    if (n == 0) break;
+    i += n;
+  }
+  if (i == bytes.size()) return bytes;
+  std::string s = "bytes:";
+  for (unsigned char c : bytes) absl::StrAppend(&s, "\\x", absl::Hex(c, absl::kZeroPad2));
+  return s;
+}
+
 int64_t CodePoints(const std::string& s) {
   int64_t n = 0;
   for (unsigned char c : s) n += (c & 0xc0) != 0x80;
@@ -33,47 +52,53 @@ int64_t CodePoints(const std::string& s) {
 }
 
 json ChatLogprobs(const ResponseMeta& meta, const std::vector<v1::TokenLogprob>& tokens,
-                  const TokenTextFn& text) {
+                  const TokenBytesFn& bytes_of) {
   json content = json::array();
   for (const v1::TokenLogprob& t : tokens) {
-    const std::string s = text(t.token_id());
+    const std::string b = bytes_of(t.token_id());
     json top = json::array();
     for (int k = 0; k < t.top_size() && k < meta.top_logprobs; ++k) {
-      const std::string ts = text(t.top(k).token_id());
-      top.push_back({{"token", ts}, {"logprob", t.top(k).logprob()}, {"bytes", Bytes(ts)}});
+      const std::string tb = bytes_of(t.top(k).token_id());
+      top.push_back(
+          {{"token", TokenString(tb)}, {"logprob", t.top(k).logprob()}, {"bytes", Bytes(tb)}});
     }
-    content.push_back(
-        {{"token", s}, {"logprob", t.logprob()}, {"bytes", Bytes(s)}, {"top_logprobs", top}});
+    content.push_back({{"token", TokenString(b)},
+                       {"logprob", t.logprob()},
+                       {"bytes", Bytes(b)},
+                       {"top_logprobs", top}});
   }
   return {{"content", content}, {"refusal", nullptr}};
 }
 
 json CompletionLogprobs(const ResponseMeta& meta, const std::vector<v1::TokenLogprob>& tokens,
-                        const TokenTextFn& text, int64_t* text_offset) {
+                        const TokenBytesFn& bytes_of, int64_t* text_offset) {
   json out = {{"tokens", json::array()},
               {"token_logprobs", json::array()},
               {"top_logprobs", json::array()},
               {"text_offset", json::array()}};
   for (const v1::TokenLogprob& t : tokens) {
-    const std::string s = text(t.token_id());
+    const std::string b = bytes_of(t.token_id());
     json top = json::object();
     for (int k = 0; k < t.top_size() && k < meta.top_logprobs; ++k) {
-      top[text(t.top(k).token_id())] = t.top(k).logprob();
+      top[TokenString(bytes_of(t.top(k).token_id()))] = t.top(k).logprob();
     }
-    out["tokens"].push_back(s);
+    out["tokens"].push_back(TokenString(b));
     out["token_logprobs"].push_back(t.logprob());
     out["top_logprobs"].push_back(std::move(top));
-    out["text_offset"].push_back(*text_offset);
-    *text_offset += CodePoints(s);
+    // Offsets count characters: the one the token's first byte falls in (a token that goes on
+    // with a character another began is at that character).
+    const bool continues = !b.empty() && (static_cast<unsigned char>(b[0]) & 0xc0) == 0x80;
+    out["text_offset"].push_back(*text_offset - (continues && *text_offset > 0 ? 1 : 0));
+    *text_offset += CodePoints(b);
   }
   return out;
 }
 
 json ChoiceJson(const ResponseMeta& meta, int index, const ChoiceResult& c,
-                const TokenTextFn& text) {
+                const TokenBytesFn& bytes_of) {
   int64_t offset = 0;
   json choice = {{"index", index},
-                 {"logprobs", LogprobsJson(meta, c.logprobs, text, &offset)},
+                 {"logprobs", LogprobsJson(meta, c.logprobs, bytes_of, &offset)},
                  {"finish_reason", FinishReasonJson(c.finish)}};
   if (IsChat(meta)) {
     choice["message"] = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
@@ -124,18 +149,18 @@ json TotalUsage(const std::vector<ChoiceResult>& choices, int n) {
 }
 
 json LogprobsJson(const ResponseMeta& meta, const std::vector<v1::TokenLogprob>& tokens,
-                  const TokenTextFn& text, int64_t* text_offset) {
+                  const TokenBytesFn& bytes_of, int64_t* text_offset) {
   if (meta.top_logprobs < 0) return nullptr;
-  return IsChat(meta) ? ChatLogprobs(meta, tokens, text)
-                      : CompletionLogprobs(meta, tokens, text, text_offset);
+  return IsChat(meta) ? ChatLogprobs(meta, tokens, bytes_of)
+                      : CompletionLogprobs(meta, tokens, bytes_of, text_offset);
 }
 
 json CompletionJson(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices, int n,
-                    const TokenTextFn& text) {
+                    const TokenBytesFn& bytes_of) {
   json j = Envelope(meta, /*chunk=*/false);
   j["choices"] = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
-    j["choices"].push_back(ChoiceJson(meta, static_cast<int>(i), choices[i], text));
+    j["choices"].push_back(ChoiceJson(meta, static_cast<int>(i), choices[i], bytes_of));
   }
   j["usage"] = TotalUsage(choices, n);
   return j;
@@ -149,14 +174,14 @@ json RoleChunk(const ResponseMeta& meta, int index) {
 }
 
 std::optional<json> DeltaChunk(const ResponseMeta& meta, int index, const v1::GenerateResponse& m,
-                               const TokenTextFn& text, int64_t* text_offset) {
+                               const TokenBytesFn& bytes_of, int64_t* text_offset) {
   const bool with_logprobs = meta.top_logprobs >= 0 && m.logprobs_size() > 0;
   if (m.text().empty() && !with_logprobs) return std::nullopt;
   const std::vector<v1::TokenLogprob> tokens(m.logprobs().begin(), m.logprobs().end());
-  json choice = {
-      {"index", index},
-      {"logprobs", with_logprobs ? LogprobsJson(meta, tokens, text, text_offset) : json(nullptr)},
-      {"finish_reason", nullptr}};
+  json choice = {{"index", index},
+                 {"logprobs", with_logprobs ? LogprobsJson(meta, tokens, bytes_of, text_offset)
+                                            : json(nullptr)},
+                 {"finish_reason", nullptr}};
   if (IsChat(meta)) {
     choice["delta"] = {{"content", m.text()}};
   } else {

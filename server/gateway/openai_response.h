@@ -1,5 +1,5 @@
-// kimi.v1 stream messages -> OpenAI response objects and SSE chunks. Pure functions: the token text
-// of logprobs comes from a callback (the backend's Detokenize, cached by the caller).
+// kimi.v1 stream messages -> OpenAI response objects and SSE chunks. Pure functions: the token
+// bytes of logprobs come from a callback (the backend's Detokenize, cached by the caller).
 //
 // Non-streaming: chat.completion / text_completion with every choice and `usage`.
 // Streaming (server-sent events, one `data: {json}\n\n` each, `data: [DONE]\n\n` last):
@@ -31,8 +31,9 @@ struct ResponseMeta {
   bool include_usage = false;
 };
 
-// Text of one token id, special tokens included.
-using TokenTextFn = std::function<std::string(uint32_t token_id)>;
+// The bytes of one token id as the vocabulary holds them (special tokens as their text): not
+// always UTF-8, since a token can hold part of a character.
+using TokenBytesFn = std::function<std::string(uint32_t token_id)>;
 
 // Everything one choice produced (non-streaming), or just its end (streaming).
 struct ChoiceResult {
@@ -55,17 +56,17 @@ nlohmann::json TotalUsage(const std::vector<ChoiceResult>& choices, int n);
 // The `logprobs` value of one choice (or chunk) over these tokens; null when none were asked for.
 // Completions number text offsets from *text_offset (characters), which advances.
 nlohmann::json LogprobsJson(const ResponseMeta& meta, const std::vector<v1::TokenLogprob>& tokens,
-                            const TokenTextFn& text, int64_t* text_offset);
+                            const TokenBytesFn& bytes_of, int64_t* text_offset);
 
 nlohmann::json CompletionJson(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
-                              int n, const TokenTextFn& text);
+                              int n, const TokenBytesFn& bytes_of);
 
 // Streaming chunks.
 nlohmann::json RoleChunk(const ResponseMeta& meta, int index);
 // New text (and logprobs) of one message; nullopt when there is nothing to send.
 std::optional<nlohmann::json> DeltaChunk(const ResponseMeta& meta, int index,
-                                         const v1::GenerateResponse& m, const TokenTextFn& text,
-                                         int64_t* text_offset);
+                                         const v1::GenerateResponse& m,
+                                         const TokenBytesFn& bytes_of, int64_t* text_offset);
 nlohmann::json FinishChunk(const ResponseMeta& meta, int index, v1::FinishReason reason);
 nlohmann::json UsageChunk(const ResponseMeta& meta, const nlohmann::json& usage);
 

@@ -38,6 +38,15 @@ function readLogits(file) {
       assert.ok(t.token_ids.length > 0);
       const d = (await h.unary(c, 'Detokenize', { token_ids: t.token_ids })).res;
       assert.strictEqual(d.text, text);
+      assert.ok(Buffer.from(d.raw).equals(Buffer.from(text)));
+      // A token holding part of a character: its own bytes in raw, U+FFFD in text.
+      for (const id of t.token_ids) {
+        const one = (await h.unary(c, 'Detokenize', { token_ids: [id] })).res;
+        const raw = Buffer.from(one.raw);
+        assert.ok(raw.length > 0);
+        if (raw.toString('utf8') === one.text) continue;
+        assert.ok(one.text.includes('\ufffd'), JSON.stringify(one.text));
+      }
       const bad = await h.unary(c, 'Detokenize', { token_ids: [info.vocab_size] });
       assert.strictEqual(bad.err.code, h.grpc.status.INVALID_ARGUMENT);
     }],

@@ -1,5 +1,7 @@
 #include "server/gateway/openai_response.h"
 
+#include <map>
+
 #include "gtest/gtest.h"
 
 namespace kimi::gateway {
@@ -7,7 +9,7 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string FakeText(uint32_t id) { return "t" + std::to_string(id); }
+std::string FakeBytes(uint32_t id) { return "t" + std::to_string(id); }
 
 ResponseMeta Meta(Endpoint e, int top_logprobs = -1, bool include_usage = false) {
   ResponseMeta m;
@@ -49,7 +51,7 @@ TEST(OpenAIResponse, ChatCompletionWithUsageOverChoices) {
   choices[0].Add(Message("Hello", {1}), true);
   choices[0].Add(Message(" world", {2}, v1::FINISH_REASON_STOP, 5, 2), true);
   choices[1].Add(Message("Hi", {3}, v1::FINISH_REASON_LENGTH, 5, 1), true);
-  const json j = CompletionJson(Meta(Endpoint::kChat), choices, /*n=*/2, FakeText);
+  const json j = CompletionJson(Meta(Endpoint::kChat), choices, /*n=*/2, FakeBytes);
   EXPECT_EQ(j["object"], "chat.completion");
   EXPECT_EQ(j["id"], "chatcmpl-1");
   EXPECT_EQ(j["model"], "k3-tiny");
@@ -71,7 +73,7 @@ TEST(OpenAIResponse, TextCompletionCountsEachPrompt) {
   for (int i = 0; i < 4; ++i) {
     choices[i].Add(Message("x", {1}, v1::FINISH_REASON_LENGTH, i < 2 ? 3 : 4, 1), true);
   }
-  const json j = CompletionJson(Meta(Endpoint::kCompletions), choices, /*n=*/2, FakeText);
+  const json j = CompletionJson(Meta(Endpoint::kCompletions), choices, /*n=*/2, FakeBytes);
   EXPECT_EQ(j["object"], "text_completion");
   EXPECT_EQ(j["choices"][3]["text"], "x");
   EXPECT_EQ(j["usage"]["prompt_tokens"], 7);
@@ -81,7 +83,7 @@ TEST(OpenAIResponse, TextCompletionCountsEachPrompt) {
 TEST(OpenAIResponse, ChatLogprobsShowTopK) {
   std::vector<ChoiceResult> choices(1);
   choices[0].Add(Message("ab", {7, 8}, v1::FINISH_REASON_STOP, 1, 2), true);
-  const json j = CompletionJson(Meta(Endpoint::kChat, /*top_logprobs=*/2), choices, 1, FakeText);
+  const json j = CompletionJson(Meta(Endpoint::kChat, /*top_logprobs=*/2), choices, 1, FakeBytes);
   const json& content = j["choices"][0]["logprobs"]["content"];
   ASSERT_EQ(content.size(), 2u);
   EXPECT_EQ(content[0]["token"], "t7");
@@ -96,13 +98,57 @@ TEST(OpenAIResponse, CompletionLogprobsLegacyShape) {
   std::vector<ChoiceResult> choices(1);
   choices[0].Add(Message("ab", {7, 10}, v1::FINISH_REASON_STOP, 1, 2), true);
   const json j =
-      CompletionJson(Meta(Endpoint::kCompletions, /*top_logprobs=*/1), choices, 1, FakeText);
+      CompletionJson(Meta(Endpoint::kCompletions, /*top_logprobs=*/1), choices, 1, FakeBytes);
   const json& lp = j["choices"][0]["logprobs"];
   EXPECT_EQ(lp["tokens"], json({"t7", "t10"}));
   EXPECT_EQ(lp["text_offset"], json({0, 2}));
   ASSERT_EQ(lp["top_logprobs"].size(), 2u);
   EXPECT_EQ(lp["top_logprobs"][1].size(), 1u);
   EXPECT_TRUE(lp["top_logprobs"][1].contains("t10"));
+}
+
+// Tokens that split a character ("é" is C3 A9, "日" E6 97 A5) carry their own bytes, and their
+// names say so ("bytes:\xc3", as OpenAI writes them), rather than U+FFFD for each.
+TEST(OpenAIResponse, TokensSplittingACharacterKeepTheirBytes) {
+  const std::map<uint32_t, std::string> vocab = {
+      {1, "\xC3"}, {2, "\xA9"}, {3, " \xE6\x97"}, {4, "\xA5!"}, {5, "ok"}};
+  auto bytes_of = [&](uint32_t id) { return vocab.at(id); };
+  std::vector<ChoiceResult> choices(1);
+  v1::GenerateResponse m = Message("é 日!", {1, 2, 3, 4}, v1::FINISH_REASON_STOP, 1, 4);
+  for (int i = 0; i < 4; ++i) {  // the top alternatives: the other split halves, then "ok"
+    m.mutable_logprobs(i)->clear_top();
+    v1::TopLogprob* a = m.mutable_logprobs(i)->add_top();
+    a->set_token_id(i % 2 == 0 ? 2 : 1);
+    a->set_logprob(-2.0f);
+    v1::TopLogprob* b = m.mutable_logprobs(i)->add_top();
+    b->set_token_id(5);
+    b->set_logprob(-3.0f);
+  }
+  choices[0].Add(m, true);
+  const json chat = CompletionJson(Meta(Endpoint::kChat, 2), choices, 1, bytes_of);
+  const json& content = chat["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 4u);
+  EXPECT_EQ(content[0]["token"], "bytes:\\xc3");
+  EXPECT_EQ(content[0]["bytes"], json({0xC3}));
+  EXPECT_EQ(content[1]["bytes"], json({0xA9}));
+  EXPECT_EQ(content[2]["token"], "bytes:\\x20\\xe6\\x97");
+  EXPECT_EQ(content[2]["bytes"], json({0x20, 0xE6, 0x97}));
+  EXPECT_EQ(content[3]["bytes"], json({0xA5, '!'}));
+  EXPECT_EQ(content[0]["top_logprobs"][0]["bytes"], json({0xA9}));
+  EXPECT_EQ(content[0]["top_logprobs"][1]["token"], "ok");
+  std::string joined;  // the bytes rebuild the text
+  for (const json& t : content) {
+    for (const json& b : t["bytes"]) joined += static_cast<char>(b.get<int>());
+  }
+  EXPECT_EQ(joined, "é 日!");
+
+  const json legacy = CompletionJson(Meta(Endpoint::kCompletions, 2), choices, 1, bytes_of);
+  const json& lp = legacy["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"],
+            json({"bytes:\\xc3", "bytes:\\xa9", "bytes:\\x20\\xe6\\x97", "bytes:\\xa5\\x21"}));
+  // Offsets in characters of "é 日!": each token at the character its first byte falls in.
+  EXPECT_EQ(lp["text_offset"], json({0, 0, 1, 2}));
+  EXPECT_EQ(lp["top_logprobs"][1].size(), 2u);  // two distinct keys, not two U+FFFD
 }
 
 TEST(OpenAIResponse, ChatChunks) {
@@ -113,12 +159,12 @@ TEST(OpenAIResponse, ChatChunks) {
   EXPECT_EQ(role["choices"][0]["delta"], json({{"role", "assistant"}, {"content", ""}}));
   EXPECT_TRUE(role["usage"].is_null());
   int64_t offset = 0;
-  auto delta = DeltaChunk(meta, 0, Message("Hel", {1}), FakeText, &offset);
+  auto delta = DeltaChunk(meta, 0, Message("Hel", {1}), FakeBytes, &offset);
   ASSERT_TRUE(delta.has_value());
   EXPECT_EQ((*delta)["choices"][0]["delta"], json({{"content", "Hel"}}));
   EXPECT_TRUE((*delta)["choices"][0]["finish_reason"].is_null());
   // Nothing to say (a held-back partial character, a skipped special token): no chunk.
-  EXPECT_FALSE(DeltaChunk(meta, 0, Message("", {1}), FakeText, &offset).has_value());
+  EXPECT_FALSE(DeltaChunk(meta, 0, Message("", {1}), FakeBytes, &offset).has_value());
   const json finish = FinishChunk(meta, 0, v1::FINISH_REASON_LENGTH);
   EXPECT_EQ(finish["choices"][0]["delta"], json::object());
   EXPECT_EQ(finish["choices"][0]["finish_reason"], "length");
@@ -130,7 +176,7 @@ TEST(OpenAIResponse, ChatChunks) {
 TEST(OpenAIResponse, CompletionChunksCarryLogprobs) {
   const ResponseMeta meta = Meta(Endpoint::kCompletions, /*top_logprobs=*/0);
   int64_t offset = 3;
-  auto delta = DeltaChunk(meta, 2, Message("", {5}), FakeText, &offset);
+  auto delta = DeltaChunk(meta, 2, Message("", {5}), FakeBytes, &offset);
   ASSERT_TRUE(delta.has_value());  // empty text, but its token's logprob is news
   EXPECT_EQ((*delta)["object"], "text_completion");
   EXPECT_EQ((*delta)["choices"][0]["index"], 2);
