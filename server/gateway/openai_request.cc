@@ -84,13 +84,26 @@ const json* Find(const json& object, const char* key) {
   return &*it;
 }
 
+// "name: must be ..., got value" for an integer outside [lo, hi]. A `hi` of the wire's integer
+// type (kMaxU32, kMaxI32) is no limit of the server's, which checks its own (max_tokens against
+// limits.max_tokens, top_logprobs against 20): below `lo` the message states `lo` alone, so that
+// the gateway and the server never give one field two different ranges.
+absl::Status OutOfRange(const std::string& name, int64_t lo, int64_t hi, bool below,
+                        const std::string& value) {
+  std::string rule = absl::StrCat("in [", lo, ", ", hi, "]");
+  if (hi == kMaxU32 || hi == kMaxI32) {
+    rule = below ? absl::StrCat(">= ", lo) : absl::StrCat("at most ", hi, " (the API's integer)");
+  }
+  return InvalidParam(name, absl::StrCat(name, ": must be ", rule, ", got ", value));
+}
+
 // An integer parameter in [lo, hi]; integral floats (16.0) count as integers.
 absl::Status ToInt(const json& v, const std::string& name, int64_t lo, int64_t hi, int64_t* out) {
   const bool integral_float = v.is_number_float() && std::isfinite(v.get<double>()) &&
                               std::floor(v.get<double>()) == v.get<double>() &&
                               std::fabs(v.get<double>()) < 9e15;
   if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
-    return InvalidParam(name, absl::StrCat(name, ": must be in [", lo, ", ", hi, "]"));
+    return OutOfRange(name, lo, hi, /*below=*/false, absl::StrCat(v.get<uint64_t>()));
   } else if (v.is_number_integer()) {
     *out = v.get<int64_t>();
   } else if (integral_float) {
@@ -98,9 +111,7 @@ absl::Status ToInt(const json& v, const std::string& name, int64_t lo, int64_t h
   } else {
     return InvalidType(name, "an integer");
   }
-  if (*out < lo || *out > hi) {
-    return InvalidParam(name, absl::StrCat(name, ": must be in [", lo, ", ", hi, "], got ", *out));
-  }
+  if (*out < lo || *out > hi) return OutOfRange(name, lo, hi, *out < lo, absl::StrCat(*out));
   return absl::OkStatus();
 }
 

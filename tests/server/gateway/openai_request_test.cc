@@ -195,6 +195,24 @@ TEST(OpenAIRequest, BadValuesAreNamed) {
   EXPECT_EQ(ErrorParam(kChat, "[1, 2]"), "body");
 }
 
+// The gateway checks only what the wire cannot carry; the server checks its own limits (max_tokens
+// against limits.max_tokens, top_logprobs against 20). Below the range the gateway states the
+// lower bound alone, so one field never gets two different ranges from the two.
+TEST(OpenAIRequest, RangeMessagesStateNoWireBoundAsALimit) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
+  auto message = [&](const std::string& field) {
+    auto r = ParseOpenAIRequest(kChat, R"({"model": "m", )" + field + ", " + msgs + "}", {});
+    return r.ok() ? std::string("<ok>") : std::string(r.status().message());
+  };
+  EXPECT_EQ(message(R"("max_tokens": 0)"), "max_tokens: must be >= 1, got 0");
+  EXPECT_EQ(message(R"("logprobs": true, "top_logprobs": -1)"),
+            "top_logprobs: must be >= 0, got -1");
+  EXPECT_EQ(message(R"("top_k": -3)"), "top_k: must be >= -1, got -3");
+  EXPECT_EQ(message(R"("max_tokens": 5000000000)"),
+            "max_tokens: must be at most 4294967295 (the API's integer), got 5000000000");
+  EXPECT_EQ(message(R"("n": 0)"), "n: must be in [1, 128], got 0");  // the gateway's own limit
+}
+
 TEST(OpenAIRequest, NegativeAndLargeSeedsAreReproducible) {
   const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
   EXPECT_EQ(Parse(kChat, R"({"model": "m", "seed": -1, )" + msgs + "}")
