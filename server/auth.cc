@@ -39,12 +39,18 @@ absl::StatusOr<ApiKeys> ApiKeys::Load(const std::string& path) {
 
 absl::Status ApiKeys::Check(const std::string& authorization) const {
   if (!enabled()) return absl::OkStatus();
-  constexpr absl::string_view kBearer = "Bearer ";
-  if (!absl::StartsWith(authorization, kBearer)) {
+  if (authorization.empty()) {
     return absl::UnauthenticatedError(
         "missing API key: send metadata 'authorization: Bearer <key>'");
   }
-  const auto d = Digest(authorization.substr(kBearer.size()));
+  // "Bearer <key>"; the scheme's case does not matter (RFC 7235), the key's does.
+  constexpr absl::string_view kBearer = "bearer ";
+  if (!absl::StartsWithIgnoreCase(authorization, kBearer)) {
+    return absl::UnauthenticatedError(
+        "authorization: expected 'Bearer <key>' (the Bearer scheme, a space, then the key)");
+  }
+  const auto d = Digest(std::string(
+      absl::StripLeadingAsciiWhitespace(absl::string_view(authorization).substr(kBearer.size()))));
   int match = 0;
   for (const auto& k : digests_) match |= CRYPTO_memcmp(d.data(), k.data(), d.size()) == 0;
   if (!match) return absl::UnauthenticatedError("invalid API key");

@@ -28,6 +28,18 @@ TEST(ApiKeys, BearerKeysFromFile) {
   EXPECT_EQ(keys->Check("sk-alpha").code(), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(keys->Check("").code(), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(keys->Check("Bearer sk-alph").code(), absl::StatusCode::kUnauthenticated);
+  // The scheme is case-insensitive (RFC 7235); the key is not.
+  EXPECT_TRUE(keys->Check("bearer sk-alpha").ok());
+  EXPECT_TRUE(keys->Check("BEARER  sk-beta").ok());
+  EXPECT_EQ(keys->Check("Bearer SK-ALPHA").code(), absl::StatusCode::kUnauthenticated);
+  // Each failure says what is wrong: nothing sent, no Bearer scheme, or an unknown key.
+  EXPECT_EQ(keys->Check("").message(),
+            "missing API key: send metadata 'authorization: Bearer <key>'");
+  EXPECT_EQ(keys->Check("sk-alpha").message(),
+            "authorization: expected 'Bearer <key>' (the Bearer scheme, a space, then the key)");
+  EXPECT_EQ(keys->Check("Basic c2stYWxwaGE=").message(),
+            "authorization: expected 'Bearer <key>' (the Bearer scheme, a space, then the key)");
+  EXPECT_EQ(keys->Check("Bearer sk-gamma").message(), "invalid API key");
 
   std::ofstream(path) << "# nothing\n";
   EXPECT_FALSE(ApiKeys::Load(path).ok());
