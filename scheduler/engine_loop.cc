@@ -41,7 +41,12 @@ absl::Status EngineLoop::Submit(RequestSpec spec, std::vector<std::string> stop_
   live.submitted = Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   if (draining_ || stop_) return absl::UnavailableError("server is shutting down");
-  if (static_cast<int64_t>(inbox_.size()) + stats_.waiting >= config_.scheduler.max_waiting) {
+  // Requests not yet running take the free state slots first (they start at the next step); the
+  // rest wait, up to max_waiting. Counting only the queue refused a burst at an idle server after
+  // max_waiting requests, however many slots were free.
+  const int64_t queued = static_cast<int64_t>(inbox_.size()) + stats_.waiting;
+  const int64_t free_slots = std::max<int64_t>(0, stats_.slots_total - stats_.slots_used);
+  if (queued - free_slots >= config_.scheduler.max_waiting) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "queue full: ", config_.scheduler.max_waiting, " requests already waiting"));
   }
@@ -141,6 +146,9 @@ bool EngineLoop::RunOnce() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     TakeInbox();
+    // What left the inbox now waits in the scheduler: Submit's queue bound counts it at once, not
+    // after the step.
+    stats_.waiting = scheduler_->Stats().waiting;
   }
   const Clock::time_point t0 = Clock::now();
   std::vector<RequestEvent> events;

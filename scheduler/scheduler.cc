@@ -81,7 +81,8 @@ absl::Status Scheduler::Validate(const RequestSpec& spec) const {
 
 absl::Status Scheduler::Add(RequestSpec spec) {
   if (absl::Status s = Validate(spec); !s.ok()) return s;
-  if (static_cast<int64_t>(waiting_.size()) >= config_.max_waiting) {
+  // Waiting requests take the free slots at the next step; up to max_waiting wait beyond them.
+  if (static_cast<int64_t>(waiting_.size()) - slots_.free() >= config_.max_waiting) {
     return absl::ResourceExhaustedError(absl::StrCat("queue full (", config_.max_waiting,
                                                      " requests waiting)"));
   }

@@ -41,7 +41,7 @@ struct SchedulerConfig {
   int64_t num_pages = 256;      // MLA KV pages
   int64_t page_size = 16;       // positions per page
   int64_t token_budget = 512;   // tokens per step (prefill chunks + decodes)
-  int64_t max_waiting = 256;    // queue bound; Add() beyond it is refused
+  int64_t max_waiting = 256;    // queue bound beyond the free slots; Add() past it is refused
   int64_t max_context = 0;      // prompt + output limit (0: the model's)
   int64_t chunk_grid = 64;      // prefill chunks end on multiples of this (KDA chunk size)
   PreemptPolicy preempt = SwapToHost{};

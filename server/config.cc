@@ -68,7 +68,7 @@ const std::vector<Setting>& Settings() {
       {"batching.token_budget", "", &ServerConfig::token_budget,
        "tokens per step (prefill chunks + decodes); also sizes the AttnRes cache"},
       {"batching.max_waiting", "", &ServerConfig::max_waiting,
-       "queued requests before RESOURCE_EXHAUSTED"},
+       "requests waiting beyond those the free slots start next; more get RESOURCE_EXHAUSTED"},
       {"batching.page_size", "", &ServerConfig::page_size, "positions per MLA KV page"},
       {"batching.prefix_interval", "", &ServerConfig::prefix_interval,
        "tokens between prefix-cache snapshots (multiple of 64 and of page_size)"},
@@ -85,8 +85,7 @@ const std::vector<Setting>& Settings() {
       {"tls.key_file", "--tls-key", &ServerConfig::tls_key_file, "server private key (PEM)"},
       {"tls.client_ca_file", "--tls-client-ca", &ServerConfig::tls_client_ca_file,
        "CA for client certificates (PEM); set: mutual TLS"},
-      {"logging.level", "--log-level", &ServerConfig::log_level,
-       "trace, debug, info, warn, error"},
+      {"logging.level", "--log-level", &ServerConfig::log_level, "trace, debug, info, warn, error"},
       {"logging.log_prompts", "", &ServerConfig::log_prompts,
        "include prompt text in request logs"},
   };

@@ -127,7 +127,10 @@ TEST(Scheduler, QueueBoundAndValidation) {
   SchedulerConfig c = Small();
   c.max_context = 100;
   Fixture f(c);
-  for (int i = 0; i < 8; ++i) ASSERT_TRUE(f.sched.Add(f.Spec("r" + std::to_string(i), 5, 5)).ok());
+  // 4 free slots (the requests that start at the next step) and 8 waiting beyond them.
+  for (int i = 0; i < 12; ++i) {
+    ASSERT_TRUE(f.sched.Add(f.Spec("r" + std::to_string(i), 5, 5)).ok()) << i;
+  }
   absl::Status s = f.sched.Add(f.Spec("over", 5, 5));
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(s.message().find("queue full"), std::string::npos);
