@@ -409,6 +409,11 @@ absl::Status ParsePrompts(const json& body,
     auto& [request, name] = out->emplace_back();
     name = absl::StrCat("prompt[", i, "]");
     if (p.is_string()) {
+      // Checked here, not left to the server: by the time the server refused one prompt the
+      // others' streams would have started, to be cancelled (and counted as client cancels).
+      if (p.get_ref<const std::string&>().empty()) {
+        return InvalidParam(name, absl::StrCat(name, ": must not be empty"));
+      }
       request.set_text(p.get<std::string>());
     } else if (p.is_array() && !p.empty()) {
       if (absl::Status s = ToTokenIds(p, name, request.mutable_token_ids()); !s.ok()) return s;

@@ -67,8 +67,13 @@ function assertApiError(e, status, param, code) {
           assert.strictEqual(e.type, 'invalid_request_error');
         }
       }
+      // Refused before any prompt's stream starts: the server counts no cancellation.
+      const series = 'kimi_request_cancellations_total{reason="client_cancel"}';
+      const before = h.metric(await h.scrape(server), series);
+      assert.ok(Number.isFinite(before), series);
       const e = await h.apiError(() => client.completions.create({ model, prompt: ['ok', ''] }));
       assertApiError(e, 400, 'prompt[1]');
+      assert.strictEqual(h.metric(await h.scrape(server), series), before);
     }],
     ['a malformed body is a 400 in OpenAI\'s shape; unknown routes are 404', async () => {
       const r = await h.request(gw, 'POST', '/v1/chat/completions', { body: '{"model": ' });

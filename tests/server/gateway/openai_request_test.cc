@@ -186,6 +186,8 @@ TEST(OpenAIRequest, BadValuesAreNamed) {
   EXPECT_EQ(ErrorParam(kCompletions, R"({"model": "m", "prompt": [1, "a"]})"), "prompt[1]");
   EXPECT_EQ(ErrorParam(kCompletions, R"({"model": "m", "prompt": [-1]})"), "prompt[0]");
   EXPECT_EQ(ErrorParam(kCompletions, R"({"model": "m", "prompt": []})"), "prompt");
+  // An empty prompt among others is refused before any stream starts.
+  EXPECT_EQ(ErrorParam(kCompletions, R"({"model": "m", "prompt": ["ok", ""]})"), "prompt[1]");
   EXPECT_EQ(ErrorParam(kCompletions, R"({"model": "m", "prompt": "x", "n": 100,
     "logprobs": -1})"),
             "logprobs");
