@@ -67,6 +67,7 @@ class Session {
         events_(std::make_shared<EventQueue>()),
         choices_(request_.choices.size()),
         start_(Clock::now()) {
+    ++g_.open_requests;
     meta_.endpoint = request_.endpoint;
     meta_.id = NewId(request_.endpoint);
     meta_.created = UnixNow();
@@ -74,7 +75,10 @@ class Session {
     meta_.top_logprobs = request_.top_logprobs;
     meta_.include_usage = request_.include_usage;
   }
-  ~Session() { CancelAll(); }
+  ~Session() {
+    CancelAll();
+    --g_.open_requests;
+  }
 
   bool stream() const { return request_.stream; }
   const absl::Status& error() const { return error_; }
@@ -266,6 +270,9 @@ void Session::Log(int http_status, const std::string& note) {
 
 void HandleCompletion(Gateway& g, Endpoint endpoint, const std::string& authorization,
                       const httplib::Request& req, httplib::Response& res) {
+  if (g.draining.load()) {
+    return SendError(res, absl::UnavailableError("the gateway is shutting down"));
+  }
   auto parsed = ParseOpenAIRequest(endpoint, req.body, g.request_options);
   if (!parsed.ok()) return SendError(res, parsed.status());
   if (absl::Status s = g.model->Check(parsed->model, authorization); !s.ok()) {

@@ -34,6 +34,8 @@ absl::Status Set(GatewayFlags* f, const std::string& flag, const std::string& va
     return SetInt(flag, value, 1, &f->default_max_tokens);
   } else if (flag == "--max-choices") {
     return SetInt(flag, value, 1, &f->max_choices);
+  } else if (flag == "--drain-timeout-seconds") {
+    return SetInt(flag, value, 0, &f->drain_timeout_seconds);
   } else {
     return absl::NotFoundError(absl::StrCat("unknown flag ", flag, " (see --help)"));
   }
@@ -115,6 +117,9 @@ std::string HelpText() {
   --default-max-tokens N        max_tokens of chat requests that set none (keep it within the
                                 server's limits.max_tokens)                            [4096]
   --max-choices N               largest n x prompts in one request                      [128]
+  --drain-timeout-seconds N     on SIGTERM/SIGINT: /health and new requests get 503 while
+                                open ones finish, for at most N s; then the rest are
+                                cancelled. A second signal stops at once                 [30]
   --log-level LEVEL             trace, debug, info, warn, error                        [info]
 
 Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health.

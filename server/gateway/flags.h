@@ -1,7 +1,7 @@
 // kimi-gateway's command line:
 //   kimi-gateway --backend 127.0.0.1:PORT [--listen 127.0.0.1:PORT] [--api-keys-file FILE]
 //                [--backend-api-key-file FILE] [--max-connections N] [--default-max-tokens N]
-//                [--max-choices N] [--log-level LEVEL]
+//                [--max-choices N] [--drain-timeout-seconds N] [--log-level LEVEL]
 // `--flag value` and `--flag=value` both work.
 #pragma once
 
@@ -20,6 +20,7 @@ struct GatewayFlags {
   int64_t max_connections = 1024;         // concurrent HTTP connections served (one thread each)
   int64_t default_max_tokens = 4096;      // chat requests without max_tokens (server limit)
   int64_t max_choices = 128;              // n x prompts per request
+  int64_t drain_timeout_seconds = 30;     // on SIGTERM: how long open requests may finish
   std::string log_level = "info";
 };
 

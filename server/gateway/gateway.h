@@ -22,7 +22,11 @@ struct Gateway {
   // `backend_authorization` ("Bearer KEY" from --backend-api-key-file, or nothing).
   server::ApiKeys keys;
   std::string backend_authorization;
-  std::atomic<bool> stopping{false};  // set on SIGTERM: waiting handlers give up
+  // SIGTERM: first `draining` (new requests and /health get 503, open ones go on), then, when
+  // they are done or the drain time is up, `stopping` (waiting handlers give up).
+  std::atomic<bool> draining{false};
+  std::atomic<bool> stopping{false};
+  std::atomic<int64_t> open_requests{0};  // completion requests being answered
 };
 
 }  // namespace kimi::gateway

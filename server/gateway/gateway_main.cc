@@ -53,6 +53,28 @@ void ConfigureHttp(httplib::Server& server, const GatewayFlags& flags) {
   server.set_payload_max_length(kMaxBodyBytes);
 }
 
+// After SIGTERM/SIGINT: /health and new requests answer 503 while the open ones finish, for at most
+// `timeout_s` (a second signal, or the HTTP server ending, cuts it short). What is still open
+// afterwards is cancelled on the backend when the caller sets `stopping`.
+void Drain(Gateway& g, const sigset_t& signals, int sig, int64_t timeout_s,
+           const std::atomic<bool>& http_done) {
+  g.draining = true;
+  spdlog::info("{}: draining {} open requests (at most {} s; a second signal stops at once)",
+               strsignal(sig), g.open_requests.load(), timeout_s);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  const timespec poll{0, 50'000'000};
+  while (g.open_requests.load() > 0 && !http_done.load() &&
+         std::chrono::steady_clock::now() < deadline) {
+    if (sigtimedwait(&signals, nullptr, &poll) > 0) {
+      spdlog::info("second signal: stopping now");
+      break;
+    }
+  }
+  if (g.open_requests.load() > 0) {
+    spdlog::info("stopping; {} open requests are cancelled on the backend", g.open_requests.load());
+  }
+}
+
 // Binds the HTTP port; returns the port (the chosen one for port 0), or an error.
 absl::StatusOr<int> Bind(httplib::Server& server, const std::string& listen) {
   std::string host;
@@ -141,7 +163,7 @@ int Run(int argc, char** argv) {
   });
   int sig = 0;
   sigwait(&signals, &sig);
-  spdlog::info("{}: stopping; open requests are cancelled on the backend", strsignal(sig));
+  Drain(g, signals, sig, flags->drain_timeout_seconds, http_done);
   g.stopping = true;
   while (!http_done.load()) {  // stop() is a no-op until the accept loop runs: repeat it
     server.stop();

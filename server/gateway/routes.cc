@@ -60,6 +60,7 @@ json ModelJson(const v1::ModelInfo& info) {
 }
 
 void Health(Gateway& g, httplib::Response& res) {
+  if (g.draining.load()) return SendError(res, absl::UnavailableError("the gateway is draining"));
   auto serving = g.backend->Serving();
   if (serving.ok() && *serving) return SendJson(res, 200, {{"status", "ok"}});
   SendError(res, absl::UnavailableError(

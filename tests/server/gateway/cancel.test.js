@@ -1,6 +1,7 @@
 // A client that goes away cancels its request on the server: aborting a stream (one choice or n),
 // or abandoning a non-streaming request, shows in kimi-server's metrics as a client_cancel and the
-// request's state slot is freed; requests running beside it are undisturbed.
+// request's state slot is freed; requests running beside it are undisturbed. SIGTERM drains the
+// gateway: open requests finish (or, past the drain time, are cancelled) before it exits.
 'use strict';
 const assert = require('assert');
 const h = require('./harness');
@@ -71,6 +72,47 @@ const h = require('./harness');
       const solo = await client.completions.create(req);
       assert.strictEqual(r.choices[0].text, solo.choices[0].text);
       assert.strictEqual(r.usage.completion_tokens, 40);
+    }],
+    ['SIGTERM drains: open streams finish, new requests and /health get 503, then it exits', async () => {
+      const gw2 = await h.startGateway(server, ['--drain-timeout-seconds', '60']);
+      const c2 = h.openai(gw2);
+      const stream = await c2.completions.create({ model, prompt: 'drain', max_tokens: 300,
+                                                   temperature: 0, ignore_eos: true, stream: true });
+      const it = stream[Symbol.asyncIterator]();
+      let text = (await it.next()).value.choices[0].text;
+      gw2.proc.kill('SIGTERM');
+      await h.waitFor(async () => gw2.log.includes('draining 1 open requests'), 10000, 'the drain');
+      assert.strictEqual((await h.request(gw2, 'GET', '/health')).status, 503);
+      const refused = await h.request(gw2, 'POST', '/v1/completions',
+                                      { body: { model, prompt: 'late', max_tokens: 2 } });
+      assert.strictEqual(refused.status, 503);
+      assert.strictEqual(refused.body.error.code, 'service_unavailable');
+      let finish = null;
+      for (let r = await it.next(); !r.done; r = await it.next()) {
+        for (const ch of r.value.choices) {
+          text += ch.text;
+          if (ch.finish_reason) finish = ch.finish_reason;
+        }
+      }
+      assert.strictEqual(finish, 'length');
+      const solo = await client.completions.create({ model, prompt: 'drain', max_tokens: 300,
+                                                     temperature: 0, ignore_eos: true });
+      assert.strictEqual(text, solo.choices[0].text);  // nothing lost
+      assert.deepStrictEqual(await gw2.stop(), { code: 0, signal: null });
+    }],
+    ['past the drain time the rest is cancelled on the server', async () => {
+      const before = await cancels();
+      const gw3 = await h.startGateway(server, ['--drain-timeout-seconds', '1']);
+      const stream = await h.openai(gw3).completions.create({ ...long, prompt: 'too long',
+                                                               stream: true });
+      const it = stream[Symbol.asyncIterator]();
+      await it.next();
+      gw3.proc.kill('SIGTERM');
+      await assert.rejects((async () => { for (let r = await it.next(); !r.done; r = await it.next()); })());
+      assert.deepStrictEqual(await gw3.stop(), { code: 0, signal: null });
+      // (Its KV pages may stay in the prefix cache: a second of decoding passes its snapshots.)
+      await h.waitFor(async () => (await cancels()) === before + 1, 30000, 'the cancellation');
+      await h.waitFor(async () => (await slotsUsed()) === 0, 30000, 'its state slot to be freed');
     }],
   ]);
   await gw.stop();
