@@ -253,7 +253,13 @@ bool Session::Pump(httplib::DataSink& sink) {
 void Session::Log(int http_status, const std::string& note) {
   if (logged_) return;
   logged_ = true;
-  const json usage = TotalUsage(Results(), request_.n);
+  const std::vector<ChoiceResult> results = Results();
+  const json usage = TotalUsage(results, request_.n);
+  // A stream cut short (client gone, gateway stopping) has no final usage: count what arrived.
+  uint32_t completion = 0;
+  for (const ChoiceResult& r : results) {
+    completion += std::max(r.usage.completion_tokens(), r.tokens_seen);
+  }
   std::string outcome = note;
   if (outcome.empty()) outcome = cancelled_;
   if (outcome.empty() && !error_.ok()) outcome = std::string(error_.message());
@@ -261,8 +267,7 @@ void Session::Log(int http_status, const std::string& note) {
       "{} {} model={} n={} stream={} status={} prompt_tokens={} completion_tokens={} "
       "duration={:.3f}s user=\"{}\" {}",
       meta_.endpoint == Endpoint::kChat ? "chat" : "completions", meta_.id, meta_.model, request_.n,
-      request_.stream, http_status, usage["prompt_tokens"].get<uint32_t>(),
-      usage["completion_tokens"].get<uint32_t>(),
+      request_.stream, http_status, usage["prompt_tokens"].get<uint32_t>(), completion,
       std::chrono::duration<double>(Clock::now() - start_).count(), request_.user, outcome);
 }
 

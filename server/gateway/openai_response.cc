@@ -111,6 +111,7 @@ json ChoiceJson(const ResponseMeta& meta, int index, const ChoiceResult& c,
 }  // namespace
 
 void ChoiceResult::Add(const v1::GenerateResponse& m, bool keep_text) {
+  tokens_seen += static_cast<uint32_t>(m.token_ids_size());
   if (keep_text) {
     text += m.text();
     logprobs.insert(logprobs.end(), m.logprobs().begin(), m.logprobs().end());

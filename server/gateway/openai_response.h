@@ -40,7 +40,8 @@ struct ChoiceResult {
   std::string text;
   std::vector<v1::TokenLogprob> logprobs;
   v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
-  v1::Usage usage;
+  v1::Usage usage;           // from the last message (none for a stream cut short)
+  uint32_t tokens_seen = 0;  // token ids received, whether or not the stream finished
   void Add(const v1::GenerateResponse& m, bool keep_text);
 };
 

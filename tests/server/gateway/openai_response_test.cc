@@ -125,6 +125,7 @@ TEST(OpenAIResponse, TokensSplittingACharacterKeepTheirBytes) {
     b->set_logprob(-3.0f);
   }
   choices[0].Add(m, true);
+  EXPECT_EQ(choices[0].tokens_seen, 4u);
   const json chat = CompletionJson(Meta(Endpoint::kChat, 2), choices, 1, bytes_of);
   const json& content = chat["choices"][0]["logprobs"]["content"];
   ASSERT_EQ(content.size(), 4u);
