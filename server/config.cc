@@ -99,6 +99,14 @@ const Setting* FindKey(absl::string_view key) {
   return nullptr;
 }
 
+// True when some key lives under `section.`.
+bool IsSection(absl::string_view section) {
+  for (const Setting& s : Settings()) {
+    if (absl::StartsWith(s.key, absl::StrCat(section, "."))) return true;
+  }
+  return false;
+}
+
 const Setting* FindFlag(absl::string_view flag) {
   for (const Setting& s : Settings()) {
     if ((*s.flag && flag == s.flag) || flag == absl::StrCat("--", s.key)) return &s;
@@ -191,9 +199,14 @@ absl::Status ApplyYaml(const std::string& yaml_text, const std::string& source,
   if (!root.IsMap()) return absl::InvalidArgumentError(source + ": expected a mapping of sections");
   for (const auto& section : root) {
     const std::string name = section.first.as<std::string>("");
+    // "server:" with nothing under it sets nothing.
+    if (section.second.IsNull() && IsSection(name)) continue;
     if (!section.second.IsMap()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(source, ": \"", name, "\" is not a known section with keys"));
+          IsSection(name) ? absl::StrCat(source, ": section \"", name, "\" must hold keys (", name,
+                                         ".KEY: VALUE, indented under it)")
+                          : absl::StrCat(source, ": unknown section \"", name,
+                                         "\" (kimi-server --help lists the keys)"));
     }
     for (const auto& kv : section.second) {
       const std::string key = absl::StrCat(name, ".", kv.first.as<std::string>(""));

@@ -24,7 +24,13 @@ TEST(Config, UnknownAndMistypedKeysAreNamed) {
   s = ApplyYaml("logging:\n  log_prompts: maybe\n", "c.yaml", &c);
   EXPECT_NE(Message(s).find("logging.log_prompts"), std::string::npos) << s;
   s = ApplyYaml("server: [1, 2]\n", "c.yaml", &c);
-  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(Message(s),
+            "c.yaml: section \"server\" must hold keys (server.KEY: VALUE, indented under it)");
+  s = ApplyYaml("bogus: 1\n", "c.yaml", &c);
+  EXPECT_EQ(Message(s), "c.yaml: unknown section \"bogus\" (kimi-server --help lists the keys)");
+  // A known section with nothing under it (all keys commented out) sets nothing.
+  EXPECT_TRUE(ApplyYaml("server:\nbatching:\n  max_running: 3\n", "c.yaml", &c).ok());
+  EXPECT_EQ(c.max_running, 3);
   s = ApplyYaml("server:\n  listen: [1]\n", "c.yaml", &c);
   EXPECT_NE(Message(s).find("server.listen must be a scalar"), std::string::npos) << s;
   s = ApplyYaml("{unclosed", "c.yaml", &c);
