@@ -135,7 +135,14 @@ absl::StatusOr<Cluster> JoinCluster(const ServerConfig& c) {
     }
     cl.layout.stage_layers.push_back(n);
   }
-  if (cl.layout.single() && !MpiCommunicator::LaunchedWithMpi()) return cl;
+  if (!MpiCommunicator::LaunchedWithMpi()) {
+    if (cl.layout.single()) return cl;
+    // Checked before MPI starts: a singleton MPI job would end in MPI_ABORT's banner instead.
+    return absl::InvalidArgumentError(
+        absl::StrCat("parallel: tp ", c.tp, ", ep ", c.ep, ", pp ", c.pp, " need ",
+                     cl.layout.world(), " ranks (pp x max(tp, ep)): start them with mpirun -np ",
+                     cl.layout.world(), " kimi-server ... (the same command line on every rank)"));
+  }
   auto world = MpiCommunicator::World(std::chrono::seconds(c.collective_timeout_seconds));
   if (!world.ok()) return world.status();
   cl.world = std::move(*world);
