@@ -139,7 +139,11 @@ absl::StatusOr<ValidatedRequest> ValidateGenerate(const internal::GenerateReques
         if (absl::Status s = CheckText(field + ".content", msgs[i].content(), true); !s.ok()) {
           return s;
         }
-        chat.push_back({role, msgs[i].content(), "", {}, ""});
+        for (const auto& [name, text] : {std::pair{".name", &msgs[i].name()},
+                                         std::pair{".tool_call_id", &msgs[i].tool_call_id()}}) {
+          if (absl::Status s = CheckText(field + name, *text, true); !s.ok()) return s;
+        }
+        chat.push_back({role, msgs[i].content(), msgs[i].name(), {}, msgs[i].tool_call_id()});
         absl::StrAppend(&out.prompt_text, role, ": ", msgs[i].content(), "\n");
       }
       auto ids = tok.RenderChat(chat);

@@ -40,6 +40,9 @@ bool IsHarmlessDefault(const std::string& key, const json& v) {
   if (key == "store" || key == "echo") return v == false;
   if (key == "service_tier") return v == "auto" || v == "default";
   if (key == "suffix") return v == "";
+  // Without tools (refused unless empty) these ask for nothing.
+  if (key == "parallel_tool_calls") return v.is_boolean();
+  if (key == "modalities") return v == json::array({"text"});
   return false;
 }
 
@@ -293,9 +296,17 @@ absl::Status ParseMessage(const json& m, size_t i, v1::ChatMessage* out) {
   const std::string field = absl::StrCat("messages[", i, "]");
   if (!m.is_object()) return InvalidType(field, "an object");
   for (const auto& [key, value] : m.items()) {
-    if (key != "role" && key != "content" && !value.is_null()) {
+    if (key != "role" && key != "content" && key != "name" && key != "tool_call_id" &&
+        !value.is_null()) {
       return UnsupportedParam(absl::StrCat(field, ".", key));
     }
+  }
+  for (const char* key : {"name", "tool_call_id"}) {
+    const json* v = Find(m, key);
+    if (!v) continue;
+    if (!v->is_string()) return InvalidType(absl::StrCat(field, ".", key), "a string");
+    (std::string_view(key) == "name" ? *out->mutable_name() : *out->mutable_tool_call_id()) =
+        v->get<std::string>();
   }
   const json* role = Find(m, "role");
   if (!role || !role->is_string()) return InvalidType(field + ".role", "a string");

@@ -49,6 +49,33 @@ TEST_F(ValidateTest, GoodRequestsPass) {
   EXPECT_TRUE(ValidateGenerate(r, server_, *config_, *tok_)->spec.stop_token_ids.empty());
 }
 
+// A message's name and a tool result's call id reach the chat format (prompt as the tokenizer
+// renders the same messages).
+TEST_F(ValidateTest, ChatNamesAndToolCallIdsAreRendered) {
+  internal::GenerateRequest r = Good();
+  auto* m = r.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content("what is 6 x 7?");
+  m->set_name("alice");
+  m = r.mutable_chat()->add_messages();
+  m->set_role("tool");
+  m->set_content("42");
+  m->set_tool_call_id("functions.mul:0");
+  config_->max_context = 4096;
+  auto v = ValidateGenerate(r, server_, *config_, *tok_);
+  config_->max_context = 64;
+  ASSERT_TRUE(v.ok()) << v.status();
+  auto want = tok_->RenderChat(
+      {{"user", "what is 6 x 7?", "alice", {}, ""}, {"tool", "42", "", {}, "functions.mul:0"}});
+  ASSERT_TRUE(want.ok());
+  EXPECT_EQ(v->spec.prompt, *want);
+  auto plain =
+      tok_->RenderChat({{"user", "what is 6 x 7?", "", {}, ""}, {"tool", "42", "", {}, ""}});
+  EXPECT_NE(v->spec.prompt, *plain);  // the two fields change the prompt
+  r.mutable_chat()->mutable_messages(1)->set_tool_call_id("\xff");
+  EXPECT_EQ(Error(r), "chat.messages[1].tool_call_id: not valid UTF-8");
+}
+
 // Every bad input names its field and the allowed range.
 TEST_F(ValidateTest, BadInputsNameTheField) {
   auto with = [&](auto edit) {

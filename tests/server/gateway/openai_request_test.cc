@@ -30,7 +30,7 @@ TEST(OpenAIRequest, ChatMapsMessagesAndSampling) {
       {"role": "developer", "content": "Be terse."},
       {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}]},
       {"role": "assistant", "content": null},
-      {"role": "tool", "content": "42"}],
+      {"role": "tool", "content": "42", "tool_call_id": "call_1", "name": "lookup"}],
     "max_completion_tokens": 7, "temperature": 0.5, "top_p": 0.9, "seed": 3,
     "presence_penalty": 0.25, "frequency_penalty": -0.5, "stop": "\n", "user": "alice",
     "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1, "ignore_eos": true,
@@ -47,6 +47,8 @@ TEST(OpenAIRequest, ChatMapsMessagesAndSampling) {
   EXPECT_EQ(g.chat().messages(1).content(), "Hi\nthere");
   EXPECT_EQ(g.chat().messages(2).content(), "");
   EXPECT_EQ(g.chat().messages(3).role(), "tool");
+  EXPECT_EQ(g.chat().messages(3).tool_call_id(), "call_1");
+  EXPECT_EQ(g.chat().messages(3).name(), "lookup");
   EXPECT_EQ(g.max_tokens(), 7u);
   EXPECT_FLOAT_EQ(g.sampling().temperature(), 0.5f);
   EXPECT_FLOAT_EQ(g.sampling().top_p(), 0.9f);
@@ -142,8 +144,11 @@ TEST(OpenAIRequest, UnsupportedParametersAreNamed) {
   EXPECT_EQ(ErrorParam(kChat, R"({"model": "m", "messages": [{"role": "user", "content": [
     {"type": "text", "text": "x"}, {"type": "image_url", "image_url": {"url": "u"}}]}]})"),
             "messages[0].content[1].type");
+  EXPECT_EQ(ErrorParam(kChat, R"({"model": "m", "messages": [{"role": "assistant", "content": null,
+    "tool_calls": [{"id": "c1", "type": "function"}]}]})"),
+            "messages[0].tool_calls");
   EXPECT_EQ(ErrorParam(kChat, R"({"model": "m", "messages": [{"role": "user", "content": "x",
-    "name": "bob"}]})"),
+    "name": 5}]})"),
             "messages[0].name");
   EXPECT_EQ(ErrorParam(kChat, R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
     "stream": true, "stream_options": {"include_obfuscation": true}})"),
@@ -154,8 +159,12 @@ TEST(OpenAIRequest, UnsupportedParametersAreNamed) {
             "messages");
   // Harmless defaults pass.
   EXPECT_EQ(ErrorParam(kChat, R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
-    "tools": [], "response_format": {"type": "text"}, "logit_bias": {}, "store": false})"),
+    "tools": [], "response_format": {"type": "text"}, "logit_bias": {}, "store": false,
+    "parallel_tool_calls": false, "modalities": ["text"]})"),
             "<ok>");
+  EXPECT_EQ(ErrorParam(kChat, R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+    "modalities": ["text", "audio"]})"),
+            "modalities");
 }
 
 TEST(OpenAIRequest, BadValuesAreNamed) {
