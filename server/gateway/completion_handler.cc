@@ -97,7 +97,7 @@ class Session {
   std::optional<StreamEvent> Next();
   void Render(const StreamEvent& e, std::string* out);
   std::string RequestId(size_t choice) const;
-  std::string TokenText(uint32_t id) const {
+  std::string TokenBytesOf(uint32_t id) const {
     return g_.token_bytes->Get(meta_.model, id, authorization_);
   }
   bool AllEnded() const { return ended_ == choices_.size(); }
@@ -190,14 +190,14 @@ std::vector<ChoiceResult> Session::Results() const {
 
 json Session::Body() const {
   return CompletionJson(meta_, Results(), request_.n,
-                        [this](uint32_t id) { return TokenText(id); });
+                        [this](uint32_t id) { return TokenBytesOf(id); });
 }
 
 void Session::Render(const StreamEvent& e, std::string* out) {
   if (e.end) return;  // a good end was announced by its last message's finish reason
   Choice& c = choices_[e.choice];
-  auto text = [this](uint32_t id) { return TokenText(id); };
-  if (auto chunk = DeltaChunk(meta_, e.choice, e.message, text, &c.text_offset)) {
+  auto bytes_of = [this](uint32_t id) { return TokenBytesOf(id); };
+  if (auto chunk = DeltaChunk(meta_, e.choice, e.message, bytes_of, &c.text_offset)) {
     *out += SseData(*chunk);
   }
   const v1::FinishReason f = e.message.finish_reason();
