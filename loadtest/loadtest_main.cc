@@ -1,14 +1,18 @@
 // kimi-loadtest: open-loop Poisson load against a kimi-server, at one rate or a sweep of rates.
 // Reports throughput (requests/s, tokens/s), TTFT, TPOT, ITL and end-to-end latency at p50/p90/p99,
 // goodput under an SLO and errors by status, as a table, JSON and plot-ready CSV.
-#include <grpcpp/grpcpp.h>
-
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
+#include <tuple>
+
+#include <grpcpp/grpcpp.h>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "loadtest/runner.h"
@@ -28,9 +32,13 @@ ABSL_FLAG(std::string, jsonl, "",
           "{\"prompt_tokens\": N, \"output_tokens\": M} per line), cycled");
 ABSL_FLAG(double, slo_ttft, 1.0, "goodput SLO: time to first token, seconds");
 ABSL_FLAG(double, slo_tpot, 0.1, "goodput SLO: time per output token, seconds");
-ABSL_FLAG(std::string, json, "", "write the results as JSON to this file ('-' for stdout)");
-ABSL_FLAG(std::string, csv, "", "write one CSV row per rate to this file");
-ABSL_FLAG(uint64_t, seed, 1, "workload seed");
+ABSL_FLAG(std::string, json, "",
+          "write the results as JSON to this file (--json=- for stdout; the table then goes to "
+          "stderr)");
+ABSL_FLAG(std::string, csv, "", "write one CSV row per rate to this file (--csv=- for stdout)");
+ABSL_FLAG(uint64_t, seed, 1,
+          "workload seed: the same seed, the same prompts (each rate of a sweep its own); a "
+          "server's prefix cache serves prompts it has seen, so repeat a run with another seed");
 ABSL_FLAG(std::string, api_key, "", "sent as 'authorization: Bearer KEY'");
 ABSL_FLAG(double, temperature, 0.0, "sampling temperature");
 
@@ -67,7 +75,7 @@ int Fail(const std::string& m) {
 
 int Main() {
   std::vector<double> rates;
-  for (absl::string_view r : absl::StrSplit(absl::GetFlag(FLAGS_rates), ',', absl::SkipEmpty())) {
+  for (absl::string_view r : absl::StrSplit(absl::GetFlag(FLAGS_rates), ',')) {
     double v;
     if (!absl::SimpleAtod(r, &v) || v <= 0) return Fail("--rates: positive numbers, e.g. 1,2,4");
     rates.push_back(v);
@@ -81,6 +89,20 @@ int Main() {
     return Fail("--slo_ttft and --slo_tpot: seconds above 0");
   }
   if (!(absl::GetFlag(FLAGS_temperature) >= 0)) return Fail("--temperature: 0 or more");
+  // The output files are opened before the run, so that a path that cannot be written fails now
+  // rather than losing the results at the end.
+  const std::string json_path = absl::GetFlag(FLAGS_json), csv_path = absl::GetFlag(FLAGS_csv);
+  std::ofstream json_file, csv_file;
+  for (auto [flag, path, file] :
+       {std::tuple{"--json", &json_path, &json_file}, std::tuple{"--csv", &csv_path, &csv_file}}) {
+    if (path->empty() || *path == "-") continue;
+    file->open(*path);
+    if (!file->good()) {
+      return Fail(absl::StrCat(flag, ": cannot write ", *path, ": ", std::strerror(errno)));
+    }
+  }
+  // With the JSON or the CSV on stdout, the table goes to stderr.
+  FILE* table = json_path == "-" || csv_path == "-" ? stderr : stdout;
   std::vector<RequestShape> shapes;
   if (!absl::GetFlag(FLAGS_jsonl).empty()) {
     auto s = ReadJsonl(absl::GetFlag(FLAGS_jsonl));
@@ -118,27 +140,35 @@ int Main() {
     RunLevel(stub.get(), arrivals, shapes, o, seed ^ 0x5eed);
   }
   std::vector<LevelSummary> levels;
-  std::printf("%8s %8s %9s | %24s | %24s | %16s | %24s | %8s %s\n", "rate", "req/s", "out tok/s",
-              "TTFT p50/p90/p99 (s)", "TPOT p50/p90/p99 (s)", "ITL p50/p99 (s)",
-              "e2e p50/p90/p99 (s)", "goodput", "errors");
-  for (double rate : rates) {
+  std::fprintf(table, "%8s %8s %9s | %24s | %24s | %16s | %24s | %8s %s\n", "rate", "req/s",
+               "out tok/s", "TTFT p50/p90/p99 (s)", "TPOT p50/p90/p99 (s)", "ITL p50/p99 (s)",
+               "e2e p50/p90/p99 (s)", "goodput", "errors");
+  for (size_t level = 0; level < rates.size(); ++level) {
+    const double rate = rates[level];
     std::mt19937_64 rng(seed + static_cast<uint64_t>(rate * 1000));
     auto arrivals = PoissonArrivals(rate, absl::GetFlag(FLAGS_duration),
                                     absl::GetFlag(FLAGS_requests), rng);
-    if (arrivals.empty()) continue;
+    if (arrivals.empty()) {
+      std::fprintf(stderr, "kimi-loadtest: rate %g: no arrival within --duration %g s; skipped\n",
+                   rate, absl::GetFlag(FLAGS_duration));
+      continue;
+    }
     const auto t0 = std::chrono::steady_clock::now();
-    auto results = RunLevel(stub.get(), arrivals, shapes, o, seed);
+    // Each rate its own prompts: with the same ones, the prefix cache would serve a later rate's
+    // prompts from the earlier rate's snapshots and flatter its TTFT.
+    auto results = RunLevel(stub.get(), arrivals, shapes, o, seed + 7919 * (level + 1));
     const double span = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     LevelSummary s = Summarise(results, rate, span, absl::GetFlag(FLAGS_slo_ttft),
                                absl::GetFlag(FLAGS_slo_tpot));
     std::string errors;
     for (const auto& [k, v] : s.errors) errors += absl::StrFormat("%s=%d ", k, v);
-    std::printf("%8.2f %8.2f %9.1f | %7.3f %7.3f %8.3f | %7.4f %7.4f %8.4f | %7.4f %8.4f | %7.3f "
-                "%7.3f %8.3f | %8.2f %s\n",
-                rate, s.requests_per_s, s.output_tokens_per_s, s.ttft.p50, s.ttft.p90, s.ttft.p99,
-                s.tpot.p50, s.tpot.p90, s.tpot.p99, s.itl.p50, s.itl.p99, s.e2e.p50, s.e2e.p90,
-                s.e2e.p99, s.goodput, errors.empty() ? "-" : errors.c_str());
-    std::fflush(stdout);
+    std::fprintf(table,
+                 "%8.2f %8.2f %9.1f | %7.3f %7.3f %8.3f | %7.4f %7.4f %8.4f | %7.4f %8.4f | %7.3f "
+                 "%7.3f %8.3f | %8.2f %s\n",
+                 rate, s.requests_per_s, s.output_tokens_per_s, s.ttft.p50, s.ttft.p90, s.ttft.p99,
+                 s.tpot.p50, s.tpot.p90, s.tpot.p99, s.itl.p50, s.itl.p99, s.e2e.p50, s.e2e.p90,
+                 s.e2e.p99, s.goodput, errors.empty() ? "-" : errors.c_str());
+    std::fflush(table);
     levels.push_back(s);
   }
   // The knee: the highest offered rate at which at least 90% of requests still meet the SLO.
@@ -147,12 +177,13 @@ int Main() {
     if (s.good_fraction >= 0.9) knee = std::max(knee, s.rate);
   }
   if (levels.size() > 1) {
-    std::printf("knee: %s\n", knee > 0 ? absl::StrFormat("%.2f req/s (>= 90%% of requests meet "
-                                                         "TTFT <= %.2fs and TPOT <= %.3fs)",
-                                                         knee, absl::GetFlag(FLAGS_slo_ttft),
-                                                         absl::GetFlag(FLAGS_slo_tpot))
-                                               .c_str()
-                                         : "below the lowest rate");
+    std::fprintf(table, "knee: %s\n",
+                 knee > 0 ? absl::StrFormat("%.2f req/s (>= 90%% of requests meet "
+                                            "TTFT <= %.2fs and TPOT <= %.3fs)",
+                                            knee, absl::GetFlag(FLAGS_slo_ttft),
+                                            absl::GetFlag(FLAGS_slo_tpot))
+                                .c_str()
+                          : "below the lowest rate");
   }
   if (!absl::GetFlag(FLAGS_json).empty()) {
     nlohmann::ordered_json j;
@@ -161,14 +192,10 @@ int Main() {
     j["levels"] = nlohmann::ordered_json::array();
     for (const auto& s : levels) j["levels"].push_back(ToJson(s));
     j["knee_rate"] = knee;
-    if (absl::GetFlag(FLAGS_json) == "-") {
-      std::cout << j.dump(2) << "\n";
-    } else {
-      std::ofstream(absl::GetFlag(FLAGS_json)) << j.dump(2) << "\n";
-    }
+    (json_path == "-" ? std::cout : json_file) << j.dump(2) << "\n";
   }
-  if (!absl::GetFlag(FLAGS_csv).empty()) {
-    std::ofstream csv(absl::GetFlag(FLAGS_csv));
+  if (!csv_path.empty()) {
+    std::ostream& csv = csv_path == "-" ? std::cout : csv_file;
     csv << "rate,requests_per_s,output_tokens_per_s,ttft_p50,ttft_p90,ttft_p99,tpot_p50,tpot_p90,"
            "tpot_p99,itl_p50,itl_p99,e2e_p50,e2e_p90,e2e_p99,goodput,errors\n";
     for (const auto& s : levels) {
@@ -179,6 +206,12 @@ int Main() {
                              s.ttft.p99, s.tpot.p50, s.tpot.p90, s.tpot.p99, s.itl.p50, s.itl.p99,
                              s.e2e.p50, s.e2e.p90, s.e2e.p99, s.goodput, errors);
     }
+  }
+  int64_t succeeded = 0;
+  for (const LevelSummary& s : levels) succeeded += s.succeeded;
+  if (succeeded == 0) {  // nothing measured: a script must not take this for a result
+    std::fprintf(stderr, "kimi-loadtest: no request succeeded\n");
+    return 1;
   }
   return 0;
 }
