@@ -22,7 +22,8 @@ ABSL_FLAG(std::string, out, "", "output .safetensors");
 namespace {
 
 bool ParseList(const std::string& text, std::vector<int32_t>* out) {
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+  if (text.empty()) return true;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {  // "1,,2" is an error
     int32_t v;
     if (!absl::SimpleAtoi(part, &v)) return false;
     out->push_back(v);
@@ -30,10 +31,11 @@ bool ParseList(const std::string& text, std::vector<int32_t>* out) {
   return true;
 }
 
-int Fail(const std::string& msg) {
+int Fail(const std::string& msg, int status = 1) {
   std::fprintf(stderr, "kimi-logits: %s\n", msg.c_str());
-  return 1;
+  return status;
 }
+int UsageError(const std::string& msg) { return Fail(msg, 2); }
 
 }  // namespace
 
@@ -41,9 +43,18 @@ int main(int argc, char** argv) {
   kimi::tools::ParseFlags(argc, argv, "Writes the engine's logits for a token sequence.");
   std::vector<int32_t> tokens, chunks;
   if (!ParseList(absl::GetFlag(FLAGS_tokens), &tokens) || tokens.empty()) {
-    return Fail("--tokens must be a non-empty comma-separated list of ids");
+    return UsageError("--tokens must be a non-empty comma-separated list of ids");
   }
-  if (!ParseList(absl::GetFlag(FLAGS_chunks), &chunks)) return Fail("bad --chunks");
+  if (!ParseList(absl::GetFlag(FLAGS_chunks), &chunks)) {
+    return UsageError("--chunks must be a comma-separated list of sizes");
+  }
+  // Checked before the model runs (it wrote its temporary file, then failed to rename it).
+  if (absl::GetFlag(FLAGS_out).empty()) {
+    return UsageError("--out is required (the .safetensors to write)");
+  }
+  if (absl::GetFlag(FLAGS_decode) && !chunks.empty()) {
+    return UsageError("--chunks and --decode: one or the other (--decode runs one token a step)");
+  }
   auto model = kimi::Model::Load(absl::GetFlag(FLAGS_model));
   if (!model.ok()) return Fail(std::string(model.status().message()));
   const kimi::ModelConfig& c = (*model)->config();
