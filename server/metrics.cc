@@ -77,8 +77,10 @@ Metrics::Metrics() : impl_(std::make_unique<Impl>()) {
                 .Help("Engine forward step time").Register(r);
   m.batch = &p::BuildHistogram().Name("kimi_batch_size")
                  .Help("Sequences per engine step").Register(r);
-  m.prompt_tokens = &p::BuildCounter().Name("kimi_prompt_tokens_total")
-                         .Help("Prompt tokens of finished requests").Register(r);
+  m.prompt_tokens = &p::BuildCounter()
+                         .Name("kimi_prompt_tokens_total")
+                         .Help("Prompt tokens of finished requests (prefix-cache hits included)")
+                         .Register(r);
   m.generation_tokens = &p::BuildCounter().Name("kimi_generation_tokens_total")
                              .Help("Generated tokens of finished requests").Register(r);
   m.requests = &p::BuildCounter().Name("kimi_requests_total")
