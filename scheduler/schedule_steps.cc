@@ -64,17 +64,23 @@ bool Scheduler::ReservePages(Request& r, int64_t upto) {
   return true;
 }
 
-void Scheduler::SwapOut(Request& r) {
+// A running request with nothing computed beyond what the prefix cache gave goes back to the front
+// of the queue, holding nothing.
+void Scheduler::BackToQueue(Request& r) {
   running_.erase(std::remove(running_.begin(), running_.end(), &r), running_.end());
+  Release(r);
+  r.computed = 0;
+  r.cached_tokens = 0;
+  r.state = RequestState::kWaiting;
+  waiting_.push_front(&r);
+}
+
+void Scheduler::SwapOut(Request& r) {
   if (r.computed == r.cached_tokens && r.output_ids.empty()) {
-    // Nothing computed beyond what the prefix cache gave: simply back to the queue.
-    Release(r);
-    r.computed = 0;
-    r.cached_tokens = 0;
-    r.state = RequestState::kWaiting;
-    waiting_.push_front(&r);
+    BackToQueue(r);
     return;
   }
+  running_.erase(std::remove(running_.begin(), running_.end(), &r), running_.end());
   if (std::holds_alternative<SwapToHost>(config_.preempt)) {
     r.swap_slot = NewHandle();
     ops_->Apply({StateOpKind::kSaveSlot, r.kda_slot, r.swap_slot, {}});
@@ -161,6 +167,30 @@ bool Scheduler::PreemptOneFor(const Request& needy, const std::vector<Request*>&
   return victim != &needy;
 }
 
+// Pages for every token an admitted request knows (prompt, and output so far after a recompute
+// preemption) and the one it samples next, freed if need be from running requests of lower
+// priority only. Admitted against pages the running requests are about to need, a request (or
+// they) would be preempted again at the next page boundary: under recompute, 12 requests in a
+// small pool took 706 preemptions and 21x their prompts in prefill.
+bool Scheduler::ReserveForAdmission(Request& r, const std::vector<Request*>& planned) {
+  while (!ReservePages(r, r.total() + 1)) {
+    Request* victim = nullptr;
+    for (Request* v : running_) {
+      if (v == &r || v->spec.priority <= r.spec.priority ||
+          std::find(planned.begin(), planned.end(), v) != planned.end()) {
+        continue;
+      }
+      if (!victim || v->spec.priority > victim->spec.priority ||
+          (v->spec.priority == victim->spec.priority && v->arrival > victim->arrival)) {
+        victim = v;
+      }
+    }
+    if (!victim) return false;
+    SwapOut(*victim);
+  }
+  return true;
+}
+
 void Scheduler::AddToPlan(StepPlan& plan, Request& r, int64_t count) {
   std::vector<int32_t> tokens(count);
   for (int64_t i = 0; i < count; ++i) tokens[i] = r.token_at(r.computed + i);
@@ -211,6 +241,10 @@ StepPlan Scheduler::Schedule(std::vector<RequestEvent>* events) {
     while (!waiting_.empty() && budget > 0) {
       Request* r = waiting_.front();
       if (!AdmitWaiting(*r)) break;
+      if (!ReserveForAdmission(*r, planned)) {
+        BackToQueue(*r);
+        break;
+      }
       try_run(*r);
       if (!is_planned(r)) break;
     }

@@ -121,6 +121,8 @@ class Scheduler {
   std::vector<RequestEvent> DropCancelled();
   bool ReservePages(Request& r, int64_t upto);
   bool PreemptOneFor(const Request& needy, const std::vector<Request*>& planned);
+  bool ReserveForAdmission(Request& r, const std::vector<Request*>& planned);
+  void BackToQueue(Request& r);
   void SwapOut(Request& r);
   bool SwapIn(Request& r);
   bool AdmitWaiting(Request& r);
