@@ -531,6 +531,7 @@ absl::Status WriteSyntheticModel(const SyntheticOptions& o) {
       return absl::InternalError(absl::StrCat("cannot rename ", from));
     }
     std::remove((o.out_dir + "/model.safetensors.index.json").c_str());
+    say("one shard: renamed to model.safetensors");  // the line above named its working name
   } else {
     ojson index;
     index["metadata"] = {{"total_size", 0}};

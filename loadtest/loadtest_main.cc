@@ -128,7 +128,12 @@ int Main() {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::ModelInfo info;
     const grpc::Status s = stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
-    if (!s.ok()) return Fail("cannot reach " + absl::GetFlag(FLAGS_target) + ": " + s.error_message());
+    if (!s.ok()) {
+      const bool unreachable = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                               s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+      return Fail(absl::StrCat(unreachable ? "cannot reach " : "GetModelInfo refused by ",
+                               absl::GetFlag(FLAGS_target), ": ", s.error_message()));
+    }
     o.vocab = info.vocab_size() - 256;  // base ranks only: no special tokens in random prompts
     std::fprintf(stderr, "target %s: %s (%s), vocabulary %u\n", absl::GetFlag(FLAGS_target).c_str(),
                  info.model_name().c_str(), info.model_type().c_str(), info.vocab_size());

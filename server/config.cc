@@ -71,7 +71,8 @@ const std::vector<Setting>& Settings() {
        "requests waiting beyond those the free slots start next; more get RESOURCE_EXHAUSTED"},
       {"batching.page_size", "", &ServerConfig::page_size, "positions per MLA KV page"},
       {"batching.prefix_interval", "", &ServerConfig::prefix_interval,
-       "tokens between prefix-cache snapshots (multiple of 64 and of page_size)"},
+       "tokens between prefix-cache snapshots (multiple of 64 and of page_size; 0: no prefix "
+       "cache)"},
       {"batching.preemption", "", &ServerConfig::preemption,
        "when memory runs out: swap (KDA state and pages to host) or recompute"},
       {"limits.max_tokens", "", &ServerConfig::max_tokens, "largest max_tokens a request may ask"},

@@ -221,11 +221,13 @@ class StreamSink : public sched::RequestSink {
           metrics->OnCancelled("shutdown");
         }
       }
-      spdlog::info("request {} client_id=\"{}\" prompt_tokens={} completion_tokens={} "
-                   "cached_tokens={} ttft={:.3f}s duration={:.3f}s finish={} {}{}",
-                   id_, client_, e.prompt_tokens, e.completion_tokens, e.cached_tokens,
-                   tokens_ > 0 ? ttft_ : -1.0, total, sched::FinishReasonName(e.finish), e.detail,
-                   backend_->config.log_prompts ? " prompt=\"" + prompt_text_ + "\"" : "");
+      spdlog::info(
+          "request {} client_id=\"{}\" prompt_tokens={} completion_tokens={} "
+          "cached_tokens={} ttft={} duration={:.3f}s finish={} {}{}",
+          id_, client_, e.prompt_tokens, e.completion_tokens, e.cached_tokens,
+          tokens_ > 0 ? fmt::format("{:.3f}s", ttft_) : std::string("-"), total,
+          sched::FinishReasonName(e.finish), e.detail,
+          backend_->config.log_prompts ? " prompt=\"" + prompt_text_ + "\"" : "");
     }
     std::lock_guard<std::mutex> lock(shared_->mu);
     if (shared_->reactor) shared_->reactor->EnqueueLocked(Serialize(r), final, std::move(status));
