@@ -1,14 +1,14 @@
 // kimi-loadtest: open-loop Poisson load against a kimi-server, at one rate or a sweep of rates.
 // Reports throughput (requests/s, tokens/s), TTFT, TPOT, ITL and end-to-end latency at p50/p90/p99,
 // goodput under an SLO and errors by status, as a table, JSON and plot-ready CSV.
+#include <grpcpp/grpcpp.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
 #include <tuple>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"

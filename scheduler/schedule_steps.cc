@@ -151,17 +151,25 @@ bool Scheduler::AdmitWaiting(Request& r) {
   return true;
 }
 
-// Frees memory for `needy` by preempting the running request that should yield: the lowest
-// priority, latest arrival, not yet planned this step (needy itself as a last resort).
-bool Scheduler::PreemptOneFor(const Request& needy, const std::vector<Request*>& planned) {
+// The running request that should yield: the lowest priority, latest arrival, not planned this
+// step; with `admitted`, only requests of lower priority than it (and never it).
+Request* Scheduler::Victim(const std::vector<Request*>& planned, const Request* admitted) const {
   Request* victim = nullptr;
   for (Request* r : running_) {
     if (std::find(planned.begin(), planned.end(), r) != planned.end()) continue;
+    if (admitted && (r == admitted || r->spec.priority <= admitted->spec.priority)) continue;
     if (!victim || r->spec.priority > victim->spec.priority ||
         (r->spec.priority == victim->spec.priority && r->arrival > victim->arrival)) {
       victim = r;
     }
   }
+  return victim;
+}
+
+// Frees memory for `needy` by preempting the running request that should yield (needy itself as
+// a last resort).
+bool Scheduler::PreemptOneFor(const Request& needy, const std::vector<Request*>& planned) {
+  Request* victim = Victim(planned, nullptr);
   if (!victim) return false;
   SwapOut(*victim);
   return victim != &needy;
@@ -174,17 +182,7 @@ bool Scheduler::PreemptOneFor(const Request& needy, const std::vector<Request*>&
 // small pool took 706 preemptions and 21x their prompts in prefill.
 bool Scheduler::ReserveForAdmission(Request& r, const std::vector<Request*>& planned) {
   while (!ReservePages(r, r.total() + 1)) {
-    Request* victim = nullptr;
-    for (Request* v : running_) {
-      if (v == &r || v->spec.priority <= r.spec.priority ||
-          std::find(planned.begin(), planned.end(), v) != planned.end()) {
-        continue;
-      }
-      if (!victim || v->spec.priority > victim->spec.priority ||
-          (v->spec.priority == victim->spec.priority && v->arrival > victim->arrival)) {
-        victim = v;
-      }
-    }
+    Request* victim = Victim(planned, &r);
     if (!victim) return false;
     SwapOut(*victim);
   }

@@ -120,6 +120,7 @@ class Scheduler {
   // Each step of Schedule() is one of these (scheduler.cc, schedule_steps.cc).
   std::vector<RequestEvent> DropCancelled();
   bool ReservePages(Request& r, int64_t upto);
+  Request* Victim(const std::vector<Request*>& planned, const Request* admitted) const;
   bool PreemptOneFor(const Request& needy, const std::vector<Request*>& planned);
   bool ReserveForAdmission(Request& r, const std::vector<Request*>& planned);
   void BackToQueue(Request& r);
