@@ -45,8 +45,23 @@ ABSL_FLAG(double, temperature, 0.0, "sampling temperature");
 namespace kimi::loadtest {
 namespace {
 
+// Without values (TPOT and ITL when every output is one token) a percentile is null in JSON,
+// "-" in the table and empty in the CSV, never a 0 that reads as a measurement.
 nlohmann::ordered_json ToJson(const Percentiles& p) {
+  if (p.count == 0)
+    return {{"p50", nullptr}, {"p90", nullptr}, {"p99", nullptr}, {"mean", nullptr}};
   return {{"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}, {"mean", p.mean}};
+}
+
+std::string Cell(const Percentiles& p, double v, int width, int precision) {
+  return p.count > 0 ? absl::StrFormat("%*.*f", width, precision, v)
+                     : absl::StrFormat("%*s", width, "-");
+}
+
+std::string CsvCells(const Percentiles& p, std::initializer_list<double> values) {
+  std::string out;
+  for (double v : values) absl::StrAppend(&out, ",", p.count > 0 ? absl::StrFormat("%g", v) : "");
+  return out;
 }
 
 nlohmann::ordered_json ToJson(const LevelSummary& s) {
@@ -167,12 +182,15 @@ int Main() {
                                absl::GetFlag(FLAGS_slo_tpot));
     std::string errors;
     for (const auto& [k, v] : s.errors) errors += absl::StrFormat("%s=%d ", k, v);
-    std::fprintf(table,
-                 "%8.2f %8.2f %9.1f | %7.3f %7.3f %8.3f | %7.4f %7.4f %8.4f | %7.4f %8.4f | %7.3f "
-                 "%7.3f %8.3f | %8.2f %s\n",
-                 rate, s.requests_per_s, s.output_tokens_per_s, s.ttft.p50, s.ttft.p90, s.ttft.p99,
-                 s.tpot.p50, s.tpot.p90, s.tpot.p99, s.itl.p50, s.itl.p99, s.e2e.p50, s.e2e.p90,
-                 s.e2e.p99, s.goodput, errors.empty() ? "-" : errors.c_str());
+    std::fprintf(table, "%8.2f %8.2f %9.1f | %s %s %s | %s %s %s | %s %s | %s %s %s | %8.2f %s\n",
+                 rate, s.requests_per_s, s.output_tokens_per_s,
+                 Cell(s.ttft, s.ttft.p50, 7, 3).c_str(), Cell(s.ttft, s.ttft.p90, 7, 3).c_str(),
+                 Cell(s.ttft, s.ttft.p99, 8, 3).c_str(), Cell(s.tpot, s.tpot.p50, 7, 4).c_str(),
+                 Cell(s.tpot, s.tpot.p90, 7, 4).c_str(), Cell(s.tpot, s.tpot.p99, 8, 4).c_str(),
+                 Cell(s.itl, s.itl.p50, 7, 4).c_str(), Cell(s.itl, s.itl.p99, 8, 4).c_str(),
+                 Cell(s.e2e, s.e2e.p50, 7, 3).c_str(), Cell(s.e2e, s.e2e.p90, 7, 3).c_str(),
+                 Cell(s.e2e, s.e2e.p99, 8, 3).c_str(), s.goodput,
+                 errors.empty() ? "-" : errors.c_str());
     std::fflush(table);
     levels.push_back(s);
   }
@@ -206,10 +224,12 @@ int Main() {
     for (const auto& s : levels) {
       int64_t errors = 0;
       for (const auto& [k, v] : s.errors) errors += v;
-      csv << absl::StrFormat("%g,%g,%g,%g,%g,%g,%g,%g,%g,%g,%g,%g,%g,%g,%g,%d\n", s.rate,
-                             s.requests_per_s, s.output_tokens_per_s, s.ttft.p50, s.ttft.p90,
-                             s.ttft.p99, s.tpot.p50, s.tpot.p90, s.tpot.p99, s.itl.p50, s.itl.p99,
-                             s.e2e.p50, s.e2e.p90, s.e2e.p99, s.goodput, errors);
+      csv << absl::StrFormat("%g,%g,%g", s.rate, s.requests_per_s, s.output_tokens_per_s)
+          << CsvCells(s.ttft, {s.ttft.p50, s.ttft.p90, s.ttft.p99})
+          << CsvCells(s.tpot, {s.tpot.p50, s.tpot.p90, s.tpot.p99})
+          << CsvCells(s.itl, {s.itl.p50, s.itl.p99})
+          << CsvCells(s.e2e, {s.e2e.p50, s.e2e.p90, s.e2e.p99})
+          << absl::StrFormat(",%g,%d\n", s.goodput, errors);
     }
   }
   int64_t succeeded = 0;

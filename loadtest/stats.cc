@@ -19,6 +19,7 @@ Percentiles Summarise(std::vector<double> v) {
   p.p90 = at(0.90);
   p.p99 = at(0.99);
   p.mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  p.count = static_cast<int64_t>(v.size());
   return p;
 }
 

@@ -20,6 +20,7 @@ struct RequestResult {
 
 struct Percentiles {
   double p50 = 0, p90 = 0, p99 = 0, mean = 0;
+  int64_t count = 0;  // values summarised (0: none, e.g. TPOT when every output is one token)
 };
 
 struct LevelSummary {

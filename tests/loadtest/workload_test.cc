@@ -61,6 +61,8 @@ TEST(Stats, PercentilesAndGoodput) {
   EXPECT_EQ(p.p90, 9);
   EXPECT_EQ(p.p99, 10);
   EXPECT_DOUBLE_EQ(p.mean, 5.5);
+  EXPECT_EQ(p.count, 10);
+  EXPECT_EQ(Summarise(std::vector<double>{}).count, 0);  // reported as no data, not as 0 s
   std::vector<RequestResult> rs(3);
   rs[0] = {0.0, 0.1, 1.0, {0.1, 0.2, 1.0}, 5, 3, "OK"};   // TPOT 0.45: misses a 0.1 s SLO
   rs[1] = {0.5, 0.2, 0.4, {0.2, 0.3, 0.4}, 5, 3, "OK"};   // TPOT 0.1: meets it
