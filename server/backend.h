@@ -24,6 +24,8 @@ struct Backend {
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::unique_ptr<sched::EngineLoop> loop;
   std::atomic<bool> ready{false};
+  // Set on the engine thread when the warm-up request ends (before that step's metrics).
+  std::atomic<bool> warmed_up{false};
   std::atomic<uint64_t> next_id{1};
 };
 

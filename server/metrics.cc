@@ -211,6 +211,14 @@ void Metrics::SetPools(const sched::SchedulerStats& s) {
   m.last = s;
 }
 
+void Metrics::OnWarmUpStep(const sched::SchedulerStats& stats) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->last = stats;  // the baseline: SetPools counts only what comes after it
+  }
+  SetPools(stats);
+}
+
 void Metrics::OnStep(const sched::StepStats& step, const sched::SchedulerStats& stats) {
   Impl& m = *impl_;
   SetPools(stats);

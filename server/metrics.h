@@ -23,6 +23,9 @@ class Metrics {
   ~Metrics();
 
   void OnStep(const sched::StepStats& step, const sched::SchedulerStats& stats);
+  // A step of the server's own warm-up request: the pools, and its counts (prefix-cache queries,
+  // preemptions) taken as the baseline rather than counted as the clients'.
+  void OnWarmUpStep(const sched::SchedulerStats& stats);
   void OnFirstToken(double ttft_seconds, double queue_seconds);
   void OnToken(double inter_token_seconds);
   void OnFinished(sched::FinishReason reason, int64_t prompt_tokens, int64_t completion_tokens,

@@ -83,20 +83,23 @@ sched::SchedulerConfig Pools(const ServerConfig& c, const ModelConfig& m) {
 // One request through the whole path before reporting SERVING.
 absl::Status WarmUp(Backend& b) {
   struct Wait : sched::RequestSink {
+    explicit Wait(std::atomic<bool>* ended) : ended(ended) {}
+    std::atomic<bool>* ended;
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;
     sched::StreamEvent last;
-    void OnEvent(sched::StreamEvent e) override {
+    void OnEvent(sched::StreamEvent e) override {  // on the engine thread
       std::lock_guard<std::mutex> lock(mu);
       if (e.finish != sched::FinishReason::kNone) {
+        *ended = true;
         done = true;
         last = std::move(e);
         cv.notify_all();
       }
     }
   };
-  auto sink = std::make_shared<Wait>();
+  auto sink = std::make_shared<Wait>(&b.warmed_up);
   sched::RequestSpec spec;
   spec.id = "warmup";
   spec.prompt = {0};
@@ -372,7 +375,15 @@ int Run(int argc, char** argv) {
     }
     lc.text = DetokenizerFactory(b.tokenizer.get());
     lc.engine = EngineOptionsOf(c);
-    lc.on_step = [&b](const sched::StepStats& step, const sched::SchedulerStats& stats) {
+    // The warm-up request's steps (up to the one it ends in, on this same thread) are not the
+    // clients': they would show as a prefill, a decode and a prefix-cache query at start-up.
+    lc.on_step = [&b, counting = false](const sched::StepStats& step,
+                                        const sched::SchedulerStats& stats) mutable {
+      if (!counting) {
+        b.metrics->OnWarmUpStep(stats);
+        counting = b.warmed_up.load();
+        return;
+      }
       b.metrics->OnStep(step, stats);
     };
     std::unique_ptr<StepRunner> runner;

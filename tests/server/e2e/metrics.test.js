@@ -9,6 +9,7 @@ const h = require('./harness');
 
 (async () => {
   const server = await h.startServer();
+  const fresh = await h.scrape(server);  // after the server's own warm-up request, before any client's
   const c = h.client(server);
   await Promise.all(Array.from({ length: 4 }, (_, i) =>
     h.generate(c, { text: `metrics ${i}`, max_tokens: 10, sampling: { temperature: 0 } })));
@@ -24,6 +25,14 @@ const h = require('./harness');
                 `promtool failed (${r.status}): ${r.stdout}${r.stderr}`);
       const lint = `${r.stdout}${r.stderr}`.split('\n').filter((l) => l.includes('kimi_'));
       assert.deepStrictEqual(lint, [], `lint on kimi_ metrics:\n${lint.join('\n')}`);
+    }],
+    ['the warm-up request counts nothing: a fresh server shows no steps', async () => {
+      for (const series of ['kimi_step_duration_seconds_count', 'kimi_batch_size_count',
+                            'kimi_step_tokens_total{phase="prefill"}',
+                            'kimi_step_tokens_total{phase="decode"}',
+                            'kimi_prefix_cache_queries_total', 'kimi_requests_running']) {
+        assert.strictEqual(h.metric(fresh, series), 0, series);
+      }
     }],
     ['request, token and latency metrics moved', async () => {
       assert.ok(h.metric(text, 'kimi_requests_total{finish_reason="length"}') +
