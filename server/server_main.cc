@@ -64,11 +64,23 @@ EngineOptions EngineOptionsOf(const ServerConfig& c) {
 }
 
 // Sizes the state pools from the memory budgets (each pool its own capacity).
-sched::SchedulerConfig Pools(const ServerConfig& c, const ModelConfig& m) {
+// Every rank sizes its pools alike, by the largest share any stage holds (its KDA state a request,
+// its MLA cache a token): the leader's pool sizes are every rank's. Sized by its own stage, a
+// rank whose stage had no MLA layer took a page for a byte (a billion pages, 8 GB for k3-tiny's
+// page table, 15-23 s to start), and ranks disagreed on the count (a follower's page out of its
+// cache ended the job).
+sched::SchedulerConfig Pools(const ServerConfig& c, const Model& model) {
+  int64_t slot_bytes = 1, token_bytes = 1;
+  const ParallelLayout& layout = model.shard().layout;
+  for (int stage = 0; stage < layout.pp; ++stage) {
+    const ModelConfig m = ShardConfig(
+        model.full_config(), Shard::For(model.full_config(), layout, stage * layout.group()));
+    slot_bytes = std::max(slot_bytes, KdaStatePool::SlotBytes(m));
+    token_bytes = std::max(token_bytes, MlaKvCache::BytesPerToken(m));
+  }
   sched::SchedulerConfig s;
-  const int64_t slot_bytes = std::max<int64_t>(1, KdaStatePool::SlotBytes(m));
   s.max_running = std::max<int64_t>(1, std::min(c.max_running, (c.kda_state_mib << 20) / slot_bytes));
-  const int64_t page_bytes = std::max<int64_t>(1, MlaKvCache::BytesPerToken(m) * c.page_size);
+  const int64_t page_bytes = token_bytes * c.page_size;
   s.num_pages = std::max<int64_t>(1, (c.kv_cache_mib << 20) / page_bytes);
   s.page_size = c.page_size;
   s.token_budget = c.token_budget;
@@ -206,7 +218,7 @@ int Follow(const ServerConfig& c, Cluster& cl) {
   }
   spdlog::info("{} (pid {})", (*model)->shard().Describe(), getpid());
   LogThreads();
-  const sched::SchedulerConfig pools = Pools(c, (*model)->config());
+  const sched::SchedulerConfig pools = Pools(c, **model);
   DistributedOptions d;
   d.slots = pools.max_running;
   d.pages = pools.num_pages;
@@ -362,7 +374,7 @@ int Run(int argc, char** argv) {
     }
     b.tokenizer = std::move(*tok);
     sched::LoopConfig lc;
-    lc.scheduler = Pools(c, b.model->config());
+    lc.scheduler = Pools(c, *b.model);
     // A sequence cannot outgrow the KV pool: the pool bounds the context (as the scheduler does),
     // so requests are checked against it and GetModelInfo reports it.
     if (const int64_t held = sched::PoolContextLimit(lc.scheduler.num_pages, c.page_size);

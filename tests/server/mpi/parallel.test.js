@@ -48,6 +48,8 @@ async function run(server) {
   const single = await h.startServer(common, { env });
   const want = await run(single);
   await single.stop();
+  const pages = (log) => Number((log.match(/(\d+) KV pages of/) || [])[1]);
+  const singlePages = pages(single.log);
   await h.run(layouts.map((layout) => [`${layout} equals one process`, async () => {
     const p = parse(layout);
     const np = p.pp * Math.max(p.tp, p.ep);
@@ -58,6 +60,12 @@ async function run(server) {
                                           { env });
     try {
       assert.strictEqual(Object.keys(server.ranks).length, np, server.log);
+      // Pools are sized by the heaviest stage's share, the same on every rank: between one
+      // process's pages and pp times them. (Sized by rank 0's own stage, which can hold no MLA
+      // layer, it took a page for a byte: a billion pages.)
+      const got_pages = pages(server.log);
+      assert.ok(got_pages >= singlePages && got_pages <= singlePages * p.pp,
+                `${got_pages} KV pages against ${singlePages} in one process\n${server.log}`);
       const got = await run(server);
       // Every rank copied its matrices out of the mapped files (packed, in huge pages); all have
       // logged their load once they have served a step.
