@@ -59,11 +59,34 @@ kimi_model() {
   if [ -f "$dir/.stamp" ] && [ "$(cat "$dir/.stamp")" = "$stamp" ]; then
     return 0
   fi
+  # Only a generated preset's directory is ever replaced: the name is checked before anything is
+  # removed (KIMI_PRESET=.. would have removed the models' parent, and a real checkpoint under
+  # models/, having no stamp, would have been deleted).
+  case "$preset" in
+    kimi-linear-tiny | kimi-linear-small | k3-tiny | k3-mini) ;;
+    *)
+      echo "[kimi] unknown preset '$preset' (kimi-linear-tiny, kimi-linear-small, k3-tiny, k3-mini)" >&2
+      return 1
+      ;;
+  esac
+  if [ -e "$dir" ] && [ ! -f "$dir/.stamp" ]; then
+    echo "[kimi] $dir exists and was not generated here (no .stamp): leaving it; move it or choose another preset" >&2
+    return 1
+  fi
   kimi_log "generating model $preset in $dir"
+  # Generated beside the target and moved into place whole: an interrupted run leaves only the
+  # .generating directory, which the next run replaces.
+  local tmp=$dir.generating log
+  rm -rf "$tmp"
+  if ! log=$("$KIMI_BUILD/bin/kimi-mkmodel" --preset "$preset" --out "$tmp" --seed 1 \
+    --tiktoken "$vocab" 2>&1); then
+    echo "$log" >&2
+    rm -rf "$tmp"
+    return 1
+  fi
+  echo "$stamp" >"$tmp/.stamp"
   rm -rf "$dir"
-  "$KIMI_BUILD/bin/kimi-mkmodel" --preset "$preset" --out "$dir" --seed 1 --tiktoken "$vocab" \
-    2>/dev/null || return 1
-  echo "$stamp" >"$dir/.stamp"
+  mv "$tmp" "$dir"
 }
 
 kimi_setup() {
