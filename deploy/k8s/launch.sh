@@ -9,6 +9,14 @@ set -euo pipefail
 index=${LWS_WORKER_INDEX:-0}
 size=${LWS_GROUP_SIZE:-1}
 mkdir -p "$HOME/.ssh" "$HOME/sshd"
+if [ "$size" -gt 1 ]; then  # ranks in other pods: the keys must be there (a silent miss hung the leader)
+  for f in id_ed25519 id_ed25519.pub; do
+    if [ ! -r "/etc/kimi/ssh/$f" ]; then
+      echo "kimi-launch: /etc/kimi/ssh/$f is missing or unreadable (the kimi-ssh Secret, fsGroup)" >&2
+      exit 1
+    fi
+  done
+fi
 cp /etc/kimi/ssh/id_ed25519 "$HOME/.ssh/id_ed25519" 2>/dev/null || true
 cp /etc/kimi/ssh/id_ed25519.pub "$HOME/.ssh/authorized_keys" 2>/dev/null || true
 chmod 700 "$HOME/.ssh"; chmod 600 "$HOME/.ssh/"* 2>/dev/null || true

@@ -59,10 +59,21 @@ def main():
     check(leader["readinessProbe"].get("grpc", {}).get("port") == grpc_port,
           "leader readiness is the gRPC health check on the gRPC port")
     check("tcpSocket" in worker["readinessProbe"], "workers are ready when sshd listens")
+    drain = config.get("server", {}).get("drain_timeout_seconds", 30)
     for pod in ("leaderTemplate", "workerTemplate"):
-        sc = tmpl[pod]["spec"].get("securityContext", {})
+        spec = tmpl[pod]["spec"]
+        sc = spec.get("securityContext", {})
         check(sc.get("runAsNonRoot") is True and sc.get("runAsUser", 0) != 0,
               f"{pod} runs as a non-root user")
+        check(sc.get("fsGroup") == sc.get("runAsUser"),
+              f"{pod}: fsGroup lets that user read the mounted secrets")
+        check(spec.get("terminationGracePeriodSeconds", 30) > drain,
+              f"{pod}: the grace period outlasts server.drain_timeout_seconds ({drain} s)")
+    header = open(os.path.join(ROOT, "deploy/k8s/kimi-serve.yaml")).read().split("apiVersion")[0]
+    for vol in tmpl["leaderTemplate"]["spec"]["volumes"]:
+        if "secret" in vol:
+            name = vol["secret"]["secretName"]
+            check(f"secret generic {name}" in header, f"the set-up steps create secret {name}")
 
     svc = by_kind["Service"]
     labels = tmpl["leaderTemplate"]["metadata"]["labels"]
@@ -93,6 +104,12 @@ def main():
     check(users and users[-1] not in ("USER root", "USER 0"), "the image runs as a non-root user")
     check(any(l.startswith("EXPOSE") and "50051" in l and "9464" in l for l in lines),
           "the image exposes the gRPC and metrics ports")
+    # Every shared library the copied binaries need is in the runtime stage (kimi-gateway's
+    # cpp-httplib was missing: the gateway could not start in the image).
+    runtime = " ".join(lines[lines.index(froms[1]):])
+    for package in ("libgrpc++1.51", "libcpp-httplib0.11", "libprometheus-cpp-pull1.0",
+                    "libyaml-cpp0.7", "openmpi-bin"):
+        check(package in runtime, f"the runtime stage installs {package}")
     print("all deploy checks passed")
 
 
