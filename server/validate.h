@@ -11,6 +11,7 @@
 #include "scheduler/request.h"
 #include "server/config.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace kimi::server {
 
@@ -26,6 +27,6 @@ absl::StatusOr<ValidatedRequest> ValidateGenerate(const internal::GenerateReques
                                                   const ModelConfig& model,
                                                   const tokenizer::Tokenizer& tok);
 
-bool IsValidUtf8(const std::string& s);
+using tokenizer::IsValidUtf8;
 
 }  // namespace kimi::server

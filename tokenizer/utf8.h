@@ -39,6 +39,17 @@ inline size_t DecodeUtf8(absl::string_view text, size_t i, uint32_t* cp) {
   return len;
 }
 
+// Whether `text` is UTF-8 throughout (DecodeUtf8's definition at every position).
+inline bool IsValidUtf8(absl::string_view text) {
+  uint32_t cp;
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = DecodeUtf8(text, i, &cp);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
 // Python's str.isspace(): bidirectional class WS, B or S, or category Zs.
 inline bool IsPythonSpace(uint32_t c) {
   if (c < 0x80) return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20);

@@ -1,6 +1,8 @@
 #include "server/gateway/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <set>
@@ -295,18 +297,20 @@ absl::Status ParseContent(const json& content, const std::string& field, const s
 absl::Status ParseMessage(const json& m, size_t i, v1::ChatMessage* out) {
   const std::string field = absl::StrCat("messages[", i, "]");
   if (!m.is_object()) return InvalidType(field, "an object");
+  // Optional string fields, passed to the chat format as they are.
+  const std::pair<const char*, std::string*> strings[] = {
+      {"name", out->mutable_name()}, {"tool_call_id", out->mutable_tool_call_id()}};
   for (const auto& [key, value] : m.items()) {
-    if (key != "role" && key != "content" && key != "name" && key != "tool_call_id" &&
-        !value.is_null()) {
-      return UnsupportedParam(absl::StrCat(field, ".", key));
-    }
+    const bool known = key == "role" || key == "content" ||
+                       std::any_of(std::begin(strings), std::end(strings),
+                                   [&](const auto& s) { return key == s.first; });
+    if (!known && !value.is_null()) return UnsupportedParam(absl::StrCat(field, ".", key));
   }
-  for (const char* key : {"name", "tool_call_id"}) {
+  for (const auto& [key, to] : strings) {
     const json* v = Find(m, key);
     if (!v) continue;
     if (!v->is_string()) return InvalidType(absl::StrCat(field, ".", key), "a string");
-    (std::string_view(key) == "name" ? *out->mutable_name() : *out->mutable_tool_call_id()) =
-        v->get<std::string>();
+    *to = v->get<std::string>();
   }
   const json* role = Find(m, "role");
   if (!role || !role->is_string()) return InvalidType(field + ".role", "a string");

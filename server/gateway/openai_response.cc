@@ -32,14 +32,7 @@ json Bytes(const std::string& s) {
 // A token as logprobs name it: its bytes where they are UTF-8; else, as OpenAI writes a token that
 // splits a character, "bytes:" and each byte as \xHH (so that two such tokens stay distinct).
 std::string TokenString(const std::string& bytes) {
-  uint32_t cp;
-  size_t i = 0;
-  while (i < bytes.size()) {
-    const size_t n = tokenizer::DecodeUtf8(bytes, i, &cp);
-    if (n == 0) break;
-    i += n;
-  }
-  if (i == bytes.size()) return bytes;
+  if (tokenizer::IsValidUtf8(bytes)) return bytes;
   std::string s = "bytes:";
   for (unsigned char c : bytes) absl::StrAppend(&s, "\\x", absl::Hex(c, absl::kZeroPad2));
   return s;
