@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -193,39 +194,123 @@ std::vector<int32_t> TopIds(std::span<const float> l, size_t n) {
   return ids;
 }
 
-// Every id in the order TopIds gives (logit descending, ties by lower id, NaNs last by id): the
-// whole row is ordered when top-p needs more than the best 1024 tokens (a flat distribution), for
-// every token drawn. A stable radix sort, three passes of 11 bits over each logit's bits made to
-// order as unsigned (larger logits first), with the ids in ascending order to start with. One
-// k3-tiny request of 400 tokens at top-p 0.95 (its flat logits order the whole 100,512-token row
-// every token): 5.17 s with std::sort over the ids through a comparator, 1.33 s now, the same
-// tokens (0.30 s without top-p).
-void OrderAll(std::span<const float> l, std::vector<int32_t>* order) {
-  const size_t n = l.size();
-  thread_local std::vector<uint64_t> a, b;  // (key << 32) | id
-  a.resize(n);
-  b.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t key = 0xffffffffu;  // NaN: after every number
-    if (!std::isnan(l[i])) {
-      const float f = l[i] == 0.0f ? 0.0f : l[i];  // -0 ties +0
-      const auto bits = std::bit_cast<uint32_t>(f);
-      key = ~((bits & 0x80000000u) ? ~bits : (bits | 0x80000000u));
-    }
-    a[i] = (uint64_t{key} << 32) | static_cast<uint32_t>(i);
-  }
-  constexpr int kBits = 11;
-  constexpr size_t kBuckets = size_t{1} << kBits;
-  for (int shift = 32; shift < 64; shift += kBits) {
-    size_t count[kBuckets + 1] = {};
-    for (uint64_t k : a) ++count[((k >> shift) & (kBuckets - 1)) + 1];
-    for (size_t d = 1; d <= kBuckets; ++d) count[d] += count[d - 1];
-    for (uint64_t k : a) b[count[(k >> shift) & (kBuckets - 1)]++] = k;
-    a.swap(b);
-  }
-  order->resize(n);
-  for (size_t i = 0; i < n; ++i) (*order)[i] = static_cast<int32_t>(a[i] & 0xffffffffu);
+// A logit's bits as an unsigned key that orders like TopIds: larger logits first (smaller keys),
+// -0 tied with +0, NaN after every number.
+inline uint32_t OrderKey(float x) {
+  if (std::isnan(x)) return 0xffffffffu;
+  const auto bits = std::bit_cast<uint32_t>(x == 0.0f ? 0.0f : x);
+  return ~((bits & 0x80000000u) ? ~bits : (bits | 0x80000000u));
 }
+
+// Prefixes of a row in TopIds' order, found by mass without ordering the row: top-p and min-p
+// where the candidates are more than the best 1024 tokens (a flat distribution), for every token
+// drawn. A prefix is named by its last element; element i is in it when (key, id) is at or before
+// that element's. Reach selects by radix: mass per bucket of the keys' top 11 bits, then of the
+// next 11 and the last 10 within the bucket where the mass is reached, then the ties in id order.
+// One thread, a 100,512-token row of normal(0, 0.3) logits at temperature 0.8 and top-p 0.95:
+// 4.1 ms a draw ordering the whole row (a stable radix sort of key-id pairs, then each
+// probability in order), 0.93 ms now, the same tokens in 300 draws (top-p 0.5 2.2 -> 1.1, min-p
+// 0.3 1.65 -> 0.94; no filter 0.26).
+class MassOrder {
+ public:
+  struct Cut {
+    uint32_t key;
+    int32_t id;
+    double mass;  // of the prefix, in w's units
+  };
+  MassOrder(std::span<const uint32_t> keys, const float* w) : keys_(keys), w_(w) {}
+
+  Cut Whole(double total) const {
+    return {0xffffffffu, static_cast<int32_t>(keys_.size()) - 1, total};
+  }
+
+  // The shortest prefix inside `within` whose mass reaches x (>= x, or > x when strict), with its
+  // mass; `within` when none does.
+  Cut Reach(double x, bool strict, Cut within) const {
+    auto reached = [&](double acc) { return strict ? acc > x : acc >= x; };
+    auto inside = [&](size_t i) {
+      return keys_[i] < within.key ||
+             (keys_[i] == within.key && static_cast<int32_t>(i) <= within.id);
+    };
+    // Level 0 over the whole row; what falls into the chosen bucket is gathered for the rest.
+    double before = 0.0;
+    double mass[kBuckets];
+    bool seen[kBuckets];
+    int chosen = Pick(
+        [&](auto add) {
+          for (size_t i = 0; i < keys_.size(); ++i) {
+            if (inside(i)) add(keys_[i] >> 21, w_[i]);
+          }
+        },
+        reached, mass, seen, &before);
+    if (chosen < 0) return {within.key, within.id, before};
+    thread_local std::vector<int32_t> candidates;
+    candidates.clear();
+    for (size_t i = 0; i < keys_.size(); ++i) {
+      if (keys_[i] >> 21 == static_cast<uint32_t>(chosen) && inside(i)) {
+        candidates.push_back(static_cast<int32_t>(i));
+      }
+    }
+    uint32_t prefix = static_cast<uint32_t>(chosen) << 21, mask = 0xffe00000u;
+    for (const int shift : {10, 0}) {
+      const uint32_t width = shift ? 0x7ffu : 0x3ffu;
+      double level_before = before;
+      chosen = Pick(
+          [&](auto add) {
+            for (int32_t i : candidates) {
+              if ((keys_[i] & mask) == prefix) add((keys_[i] >> shift) & width, w_[i]);
+            }
+          },
+          reached, mass, seen, &level_before);
+      if (chosen < 0) {  // reached above only by rounding: the last bucket holds the boundary
+        for (int b = static_cast<int>(width); b >= 0; --b) {
+          if (seen[b]) {
+            chosen = b;
+            break;
+          }
+        }
+        level_before = before;
+        for (int b = 0; b < chosen; ++b) level_before += seen[b] ? mass[b] : 0.0;
+      }
+      before = level_before;
+      prefix |= static_cast<uint32_t>(chosen) << shift;
+      mask |= width << shift;
+    }
+    Cut last{prefix, -1, before};
+    for (int32_t i : candidates) {  // ties, in id order
+      if (keys_[i] != prefix) continue;
+      last.id = i;
+      last.mass += w_[i];
+      if (reached(last.mass)) return last;
+    }
+    return last;
+  }
+
+ private:
+  static constexpr size_t kBuckets = 2048;
+
+  // Sums w by bucket (visit calls add(bucket, w) for each element of the level) and returns the
+  // first bucket, in key order, whose mass brings *before up to the goal (*before then holds the
+  // mass ahead of it), or -1 when none does (*before then holds all of it).
+  template <typename Visit, typename Reached>
+  static int Pick(Visit visit, Reached reached, double* mass, bool* seen, double* before) {
+    std::fill(mass, mass + kBuckets, 0.0);
+    std::fill(seen, seen + kBuckets, false);
+    visit([&](uint32_t b, float w) {
+      mass[b] += w;
+      seen[b] = true;
+    });
+    for (size_t b = 0; b < kBuckets; ++b) {
+      if (!seen[b]) continue;
+      if (reached(*before + mass[b])) return static_cast<int>(b);
+      *before += mass[b];
+    }
+    return -1;
+  }
+
+  std::span<const uint32_t> keys_;
+  const float* w_;
+};
 
 void ApplyPenalties(std::vector<float>& l, const SamplingParams& p,
                     std::span<const int32_t> prompt, std::span<const int32_t> output) {
@@ -253,6 +338,37 @@ int32_t ArgMax(std::span<const float> l) {
 // Probability of each token under temperature, top-k, min-p and top-p, then the token whose
 // cumulative mass first exceeds u. Candidates are ordered by scaled logit (ties: lower id first);
 // with no filters the draw walks ids in order, which needs no sort. top = MaxOf(l).
+// Top-p and min-p (without top-k) over a row whose candidates go past the best 1024 tokens: the
+// prefixes of MassOrder, the same tokens as ordering the whole row.
+// w[i] = exp((l[i] - top) / temperature), total their sum.
+int32_t DrawWholeRow(std::span<const float> l, const SamplingParams& p, double u, const float* w,
+                     double total) {
+  const size_t V = l.size();
+  thread_local std::vector<uint32_t> keys;
+  keys.resize(V);
+  for (size_t i = 0; i < V; ++i) keys[i] = OrderKey(l[i]);
+  const MassOrder order(keys, w);
+  MassOrder::Cut n = order.Whole(total);
+  if (p.top_p < 1.0f) n = order.Reach(p.top_p * total, /*strict=*/false, n);
+  if (p.min_p > 0.0f) {  // the tokens at or above min_p times the best: a prefix, ended by its last
+    const double floor = p.min_p * (double{ExpNonPositive(0.0f)} / total);
+    MassOrder::Cut kept{0, -1, 0.0};
+    for (size_t i = 0; i < V; ++i) {
+      if (!(w[i] / total >= floor)) continue;
+      kept.mass += w[i];
+      if (keys[i] > kept.key || (keys[i] == kept.key && static_cast<int32_t>(i) > kept.id)) {
+        kept.key = keys[i];
+        kept.id = static_cast<int32_t>(i);
+      }
+    }
+    if (kept.id >= 0 && (kept.key < n.key || (kept.key == n.key && kept.id < n.id))) n = kept;
+  }
+  return order.Reach(u * n.mass, /*strict=*/true, n).id;
+}
+
+// Probability of each token under temperature, top-k, min-p and top-p, then the token whose
+// cumulative mass first exceeds u. Candidates are ordered by scaled logit (ties: lower id first);
+// with no filters the draw walks ids in order, which needs no sort. top = MaxOf(l).
 int32_t Draw(std::span<const float> l, const SamplingParams& p, double u, float top) {
   const size_t V = l.size();
   const float inv_t = 1.0f / p.temperature;
@@ -273,28 +389,36 @@ int32_t Draw(std::span<const float> l, const SamplingParams& p, double u, float 
   }
   const size_t keep = p.top_k > 0 ? std::min<size_t>(V, static_cast<size_t>(p.top_k)) : V;
   // The normaliser covers every kept token; ordering is needed only as far as the filters look.
-  // Take the best 1024 first and order everything only if top-p needs more mass than they hold.
-  std::vector<int32_t> order = TopIds(l, keep == V ? std::min(V, size_t{1024}) : keep);
-  size_t sorted = order.size();
+  // Take the best 1024 first; without top-k, top-p or min-p may look past them (a flat
+  // distribution), and then the row is drawn from by mass instead.
+  const std::vector<int32_t> order = TopIds(l, keep == V ? std::min(V, size_t{1024}) : keep);
   double total = 0.0;
+  float* w = nullptr;  // every weight, kept for the whole row's draw
   if (keep == V) {
-    total = ExpRow(l, top, inv_t, nullptr, nullptr);
+    w = Scratch(V);
+    total = ExpRow(l, top, inv_t, w, nullptr);
   } else {
     for (size_t i = 0; i < keep; ++i) total += ExpNonPositive((l[order[i]] - top) * inv_t);
   }
-  // Candidate i in order; orders the whole row the first time it is needed (only without top-k:
-  // with it, every kept token is already in order). Each probability is computed once.
-  std::vector<double> probs;
+  std::vector<double> probs;  // of the candidates in order, each computed once
   auto prob = [&](size_t i) {
-    if (i >= sorted) {
-      OrderAll(l, &order);
-      sorted = V;
-    }
+    assert(i < order.size());
     while (probs.size() <= i) {
       probs.push_back(ExpNonPositive((l[order[probs.size()]] - top) * inv_t) / total);
     }
     return probs[i];
   };
+  if (order.size() < keep) {
+    bool beyond = false;
+    if (p.top_p < 1.0f) {
+      double mass = 0.0;
+      for (size_t i = 0; i < order.size(); ++i) mass += prob(i);
+      beyond = !(mass >= p.top_p);
+    } else {
+      beyond = prob(order.size() - 1) >= p.min_p * prob(0);
+    }
+    if (beyond) return DrawWholeRow(l, p, u, w, total);
+  }
   size_t n = keep;
   if (p.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p
     double mass = 0.0;
@@ -311,7 +435,6 @@ int32_t Draw(std::span<const float> l, const SamplingParams& p, double u, float 
     while (m < n && prob(m) >= floor) ++m;
     n = m;
   }
-  if (n > sorted) prob(n - 1);
   double mass = 0.0;
   for (size_t i = 0; i < n; ++i) mass += prob(i);
   const double target = u * mass;

@@ -201,30 +201,40 @@ TEST(Sampling, MatchesTheDefinitionOnALargeVocabulary) {
   EXPECT_EQ(draws, 4 * 6 * 25);
 }
 
-// Flat rows, where top-p needs the whole row in order (the best 1024 tokens hold far less than
+// Flat rows, where top-p and min-p keep more than the best 1024 tokens (which hold far less than
 // the mass asked for): values from a few dozen levels, so most tokens tie (ties go to the lower
 // id), -0 beside +0, and some -inf. Draws against the definition, exactly.
 TEST(Sampling, TopPOverTheWholeRowMatchesTheDefinition) {
   std::mt19937 rng(17);
   std::vector<float> l(100000);
+  struct Case {
+    float temperature, top_p, min_p;
+  };
+  const Case cases[] = {{1.0f, 0.5f, 0.0f},
+                        {1.0f, 0.95f, 0.0f},
+                        {0.7f, 0.9f, 0.0f},
+                        {1.0f, 1.0f, 0.5f},
+                        {0.8f, 0.9f, 0.6f}};
   int draws = 0;
   for (int row = 0; row < 3; ++row) {
     for (float& v : l) v = static_cast<float>(static_cast<int>(rng() % 40) - 20) * 0.05f;
     for (size_t i = 0; i < 30000; ++i) l[rng() % l.size()] = (i % 2) ? -0.0f : 0.0f;
     for (size_t i = 0; i < 200; ++i) l[rng() % l.size()] = -INFINITY;
-    for (const float top_p : {0.5f, 0.95f}) {
+    for (const Case& c : cases) {
       SamplingParams p;
-      p.top_p = top_p;
+      p.temperature = c.temperature;
+      p.top_p = c.top_p;
+      p.min_p = c.min_p;
       const Reference want = Define(l, p);
       ASSERT_GT(want.walk.size(), 1024u);
       for (int d = 0; d < 10; ++d, ++draws) {
         p.seed = static_cast<uint64_t>(row * 100 + d);
         ASSERT_EQ(SampleToken(l, p, {}, {}, d).token, DrawFrom(want, UniformAt(p.seed, d)))
-            << "row " << row << " top_p " << top_p << " draw " << d;
+            << "row " << row << " top_p " << c.top_p << " min_p " << c.min_p << " draw " << d;
       }
     }
   }
-  EXPECT_EQ(draws, 60);
+  EXPECT_EQ(draws, 3 * 5 * 10);
 }
 
 // The reported alternatives are the best ids by value, ties to the lower id, best first, and
