@@ -227,7 +227,10 @@ std::string Tokenizer::TokenText(int32_t id) const {
   return Decode(one);
 }
 
-bool Tokenizer::IsSpecial(int32_t id) const { return specials_.Find(id) != nullptr; }
+bool Tokenizer::IsSpecial(int32_t id) const {
+  const SpecialToken* t = specials_.Find(id);
+  return t != nullptr && t->special;
+}
 
 absl::StatusOr<std::string> Tokenizer::RenderChatText(const std::vector<ChatMessage>& messages,
                                                       const ChatOptions& options) const {

@@ -85,7 +85,9 @@ class Tokenizer {
   std::optional<int32_t> TokenId(absl::string_view special_text) const;
   // A token's bytes (base) or text (special); empty for unknown ids.
   std::string TokenText(int32_t id) const;
-  // True for ids past the base ranks (special and reserved tokens).
+  // True for the added tokens tokenizer_config.json marks special (and unnamed reserved ids); false
+  // for base ranks and for added tokens marked `"special": false`, such as Kimi's tool-call markers
+  // (<|tool_call_begin|>, K3's <|open|>), which generated text keeps so clients can parse it.
   bool IsSpecial(int32_t id) const;
   const SpecialTokens& special_tokens() const { return specials_; }
 

@@ -110,5 +110,27 @@ TEST(StreamingDetokenizer, StopAfterMultibyteCharacterAndSpecialTokensSkipped) {
   EXPECT_EQ(keep.Push(256).text, "<|im_end|>");
 }
 
+// Added tokens marked `"special": false` (Kimi's tool-call markers) are text: skipping special
+// tokens keeps them, so a client can parse tool calls out of the stream, and a stop string can
+// match them.
+TEST(StreamingDetokenizer, TokensNotMarkedSpecialAreKept) {
+  auto tok = Tokenizer::FromParts(testing::ByteRanks(), R"(\p{L}+|\s+|.)",
+                                  {{"<|im_end|>", 256, true}, {"<|tool_call_begin|>", 257, false}});
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_TRUE((*tok)->IsSpecial(256));
+  EXPECT_FALSE((*tok)->IsSpecial(257));
+  EXPECT_FALSE((*tok)->IsSpecial('a'));
+  StreamingDetokenizer d(tok->get(), {});
+  std::string out = d.Push('a').text;
+  out += d.Push(257).text;
+  out += d.Push(256).text;
+  EXPECT_EQ(out + d.Finish().text, "a<|tool_call_begin|>");
+  StreamingDetokenizer stop(tok->get(), {{"<|tool"}});
+  EXPECT_EQ(stop.Push('a').text, "a");
+  const auto o = stop.Push(257);
+  EXPECT_TRUE(o.stopped);
+  EXPECT_EQ(o.text, "");
+}
+
 }  // namespace
 }  // namespace kimi::tokenizer
