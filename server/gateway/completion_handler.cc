@@ -274,11 +274,12 @@ void Session::Log(int http_status, const std::string& note) {
 }  // namespace
 
 void HandleCompletion(Gateway& g, Endpoint endpoint, const std::string& authorization,
-                      const httplib::Request& req, httplib::Response& res) {
+                      const std::string& body, const httplib::Request& req,
+                      httplib::Response& res) {
   if (g.draining.load()) {
     return SendError(res, absl::UnavailableError("the gateway is shutting down"));
   }
-  auto parsed = ParseOpenAIRequest(endpoint, req.body, g.request_options);
+  auto parsed = ParseOpenAIRequest(endpoint, body, g.request_options);
   if (!parsed.ok()) return SendError(res, parsed.status());
   if (absl::Status s = g.model->Check(parsed->model, authorization); !s.ok()) {
     return SendError(res, s);

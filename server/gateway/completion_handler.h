@@ -21,6 +21,6 @@ namespace kimi::gateway {
 
 // `authorization`: the metadata value to send to the backend (empty: none).
 void HandleCompletion(Gateway& gateway, Endpoint endpoint, const std::string& authorization,
-                      const httplib::Request& req, httplib::Response& res);
+                      const std::string& body, const httplib::Request& req, httplib::Response& res);
 
 }  // namespace kimi::gateway

@@ -27,6 +27,12 @@ absl::Status Set(GatewayFlags* f, const std::string& flag, const std::string& va
   } else if (flag == "--backend-api-key-file") {
     f->backend_api_key_file = value;
   } else if (flag == "--log-level") {
+    if (value != "trace" && value != "debug" && value != "info" && value != "warn" &&
+        value != "error") {
+      // spdlog takes an unknown name as "off", which would silence the gateway.
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--log-level: expected trace, debug, info, warn or error, got '", value, "'"));
+    }
     f->log_level = value;
   } else if (flag == "--max-connections") {
     return SetInt(flag, value, 1, &f->max_connections);

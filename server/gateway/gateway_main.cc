@@ -31,7 +31,13 @@ absl::StatusOr<std::string> ReadBackendKey(const std::string& path) {
   std::string line;
   while (std::getline(in, line)) {
     const std::string key(absl::StripAsciiWhitespace(line));
-    if (!key.empty() && key[0] != '#') return absl::StrCat("Bearer ", key);
+    if (key.empty() || key[0] == '#') continue;
+    std::string value = absl::StrCat("Bearer ", key);
+    if (absl::Status s = CheckMetadataValue(value); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--backend-api-key-file: the key in ", path, " ", s.message()));
+    }
+    return value;
   }
   return absl::InvalidArgumentError(absl::StrCat("--backend-api-key-file: ", path, " has no key"));
 }
@@ -51,6 +57,13 @@ void ConfigureHttp(httplib::Server& server, const GatewayFlags& flags) {
   server.set_keep_alive_max_count(1000);  // requests per connection
   server.set_write_timeout(30);           // a client that reads nothing for 30 s is dropped
   server.set_payload_max_length(kMaxBodyBytes);
+  // httplib's default sets SO_REUSEPORT, with which a second gateway could listen on a port in
+  // use and take half its connections: SO_REUSEADDR alone still allows a restart over
+  // connections in TIME_WAIT.
+  server.set_socket_options([](int sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
 }
 
 // After SIGTERM/SIGINT: /health and new requests answer 503 while the open ones finish, for at most

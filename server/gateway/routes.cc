@@ -40,7 +40,12 @@ Handler Guard(Handler handler) {
 // The authorization to send to the backend for this request, or 401.
 absl::StatusOr<std::string> Authorize(const Gateway& g, const httplib::Request& req) {
   const std::string header = req.get_header_value("Authorization");
-  if (!g.keys.enabled()) return header;  // passthrough: the backend decides
+  if (!g.keys.enabled()) {  // passthrough: the backend decides, if gRPC can carry the value
+    if (absl::Status s = CheckMetadataValue(header); !s.ok()) {
+      return InvalidApiKey(absl::StrCat("The Authorization header ", s.message(), "."));
+    }
+    return header;
+  }
   if (header.empty()) {
     return InvalidApiKey(
         "You didn't provide an API key. Send it in the header "
@@ -49,6 +54,23 @@ absl::StatusOr<std::string> Authorize(const Gateway& g, const httplib::Request& 
   if (!g.keys.Check(header).ok()) return InvalidApiKey("Incorrect API key provided.");
   return g.backend_authorization;
 }
+
+}  // namespace
+
+absl::Status CheckMetadataValue(std::string_view value) {
+  if (value.size() > kMaxAuthorizationBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("is longer than ", kMaxAuthorizationBytes, " bytes"));
+  }
+  for (char c : value) {
+    if (c < 0x20 || c > 0x7e) {
+      return absl::InvalidArgumentError("holds a character other than printable ASCII");
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
 
 json ModelJson(const v1::ModelInfo& info) {
   return {{"id", info.model_name()},
@@ -82,11 +104,46 @@ void Models(Gateway& g, const httplib::Request& req, httplib::Response& res) {
   SendJson(res, 200, {{"object", "list"}, {"data", json::array({ModelJson(*info)})}});
 }
 
-Handler Completion(Gateway& g, Endpoint endpoint) {
-  return [&g, endpoint](const httplib::Request& req, httplib::Response& res) {
-    auto auth = Authorize(g, req);
-    if (!auth.ok()) return SendError(res, auth.status());
-    HandleCompletion(g, endpoint, *auth, req, res);
+// A request body as JSON whatever its Content-Type, decompressed (httplib inflates gzip and
+// deflate as it reads), up to kMaxBodyBytes. Read here rather than by httplib, which checks only
+// the bytes on the wire (40 KB of gzip inflated to 40 MiB and was accepted) and parses a
+// form-encoded body as a form, refusing one over 8 KiB (curl -d sends that Content-Type).
+absl::StatusOr<std::string> ReadBody(const httplib::ContentReader& reader) {
+  std::string body;
+  bool too_large = false;
+  const bool read = reader([&](const char* data, size_t n) {
+    if (n > kMaxBodyBytes - body.size()) {
+      too_large = true;
+      return false;
+    }
+    body.append(data, n);
+    return true;
+  });
+  if (too_large) {
+    return RequestTooLarge(absl::StrCat("The request body is larger than the gateway accepts (",
+                                        kMaxBodyBytes >> 20, " MiB) once decompressed."));
+  }
+  if (!read) return absl::InvalidArgumentError("The request body could not be read.");
+  return body;
+}
+
+httplib::Server::HandlerWithContentReader Completion(Gateway& g, Endpoint endpoint) {
+  return [&g, endpoint](const httplib::Request& req, httplib::Response& res,
+                        const httplib::ContentReader& reader) {
+    try {
+      auto body = ReadBody(reader);
+      if (!body.ok()) {
+        SendError(res, body.status());
+        res.set_header("Connection", "close");  // the rest of the body was not read
+        return;
+      }
+      auto auth = Authorize(g, req);
+      if (!auth.ok()) return SendError(res, auth.status());
+      HandleCompletion(g, endpoint, *auth, *body, req, res);
+    } catch (const std::exception& e) {
+      spdlog::error("{} {}: {}", req.method, req.path, e.what());
+      SendError(res, absl::InternalError(absl::StrCat("internal error: ", e.what())));
+    }
   };
 }
 
@@ -122,8 +179,8 @@ void AddRoutes(httplib::Server& server, Gateway& g) {
   server.Get(R"(/v1/models/(.+))", Guard([&g](const httplib::Request& req, httplib::Response& res) {
                Models(g, req, res);
              }));
-  server.Post("/v1/chat/completions", Guard(Completion(g, Endpoint::kChat)));
-  server.Post("/v1/completions", Guard(Completion(g, Endpoint::kCompletions)));
+  server.Post("/v1/chat/completions", Completion(g, Endpoint::kChat));
+  server.Post("/v1/completions", Completion(g, Endpoint::kCompletions));
   server.set_error_handler(httplib::Server::HandlerWithResponse(OnHttpError));
   server.set_exception_handler(
       [](const httplib::Request& req, httplib::Response& res, std::exception_ptr) {

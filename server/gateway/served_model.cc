@@ -8,12 +8,15 @@ absl::StatusOr<v1::ModelInfo> ServedModel::Get(const std::string& authorization,
   const auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (cached_ && !fresh && now - fetched_ < ttl_) return info_;
+    if (cached_ && !fresh && authorization == authorization_ && now - fetched_ < ttl_) {
+      return info_;
+    }
   }
   auto info = backend_->GetModelInfo(authorization);
   if (!info.ok()) return info.status();
   std::lock_guard<std::mutex> lock(mu_);
   info_ = *info;
+  authorization_ = authorization;
   fetched_ = now;
   cached_ = true;
   return info_;

@@ -1,7 +1,8 @@
 // The backend's model: what GET /v1/models lists and what a request's `model` must name. Asked of
-// the backend with the caller's credentials and cached for a few seconds; a name that does not
-// match is checked once more against a fresh answer before it is refused, so a backend restarted
-// with another model is picked up at once.
+// the backend with the caller's credentials and cached for a few seconds, for those credentials
+// only (the backend checks every caller's key: a cached answer given to another key, or none,
+// would skip that check); a name that does not match is checked once more against a fresh answer
+// before it is refused, so a backend restarted with another model is picked up at once.
 #pragma once
 
 #include <chrono>
@@ -30,6 +31,7 @@ class ServedModel {
   std::chrono::milliseconds ttl_;
   std::mutex mu_;
   bool cached_ = false;
+  std::string authorization_;  // what info_ was asked with
   v1::ModelInfo info_;
   std::chrono::steady_clock::time_point fetched_;
 };

@@ -1,12 +1,14 @@
 // Errors through kimi-gateway, in OpenAI's shape and with OpenAI's HTTP statuses, as the official
 // client sees them: unsupported parameters (400 naming them), bad values (400 with param, from the
 // gateway and from the server), unknown model (404), API keys (401, the gateway's own and passed
-// through to the server), a request too large (413), a full queue (429), a backend that is down
-// (503) and health before and after the backend serves.
+// through to the server, and values gRPC cannot carry), a request too large (413, counted after
+// decompression), a full queue (429), a backend that is down (503), health before and after the
+// backend serves, and a second gateway on a port in use.
 'use strict';
 const assert = require('assert');
 const fs = require('fs');
 const path = require('path');
+const zlib = require('zlib');
 const h = require('./harness');
 
 function assertApiError(e, status, param, code) {
@@ -97,6 +99,45 @@ function assertApiError(e, status, param, code) {
       const g = await h.request(gw, 'POST', '/v1/completions', { body: huge });
       assert.strictEqual(g.status, 413);
       assert.strictEqual(g.body.error.code, 'request_too_large');
+      // 40 KB of gzip that inflates to 20 MiB: the limit counts the body as decompressed.
+      const padded = Buffer.concat([Buffer.from(`{"model":"${model}","prompt":"x","max_tokens":1`),
+                                    Buffer.alloc(20 << 20, ' '), Buffer.from('}')]);
+      const zipped = zlib.gzipSync(padded, { level: 9 });
+      assert.ok(zipped.length < 100000, `${zipped.length}`);
+      const z = await h.request(gw, 'POST', '/v1/completions', {
+        body: zipped, headers: { 'content-encoding': 'gzip' } });
+      assert.strictEqual(z.status, 413, z.text);
+      assert.strictEqual(z.body.error.code, 'request_too_large');
+      // The same body kept under the limit is served.
+      const small = zlib.gzipSync(Buffer.concat([padded.subarray(0, 60), Buffer.from('}')]));
+      const ok = await h.request(gw, 'POST', '/v1/completions', {
+        body: small, headers: { 'content-encoding': 'gzip' } });
+      assert.strictEqual(ok.status, 200, ok.text);
+    }],
+    ['a body is JSON whatever its Content-Type (curl -d sends a form type), past 8 KiB too', async () => {
+      const body = JSON.stringify({ model, prompt: 'a'.repeat(9000), max_tokens: 1 });
+      const r = await h.request(gw, 'POST', '/v1/completions', {
+        body, headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+      assert.strictEqual(r.status, 200, r.text);
+      assert.strictEqual(r.body.choices.length, 1);
+    }],
+    ['an Authorization value gRPC cannot carry is a 401, and the gateway stays up', async () => {
+      for (const value of ['Bearer \u00e9', 'Bearer sk-a\tb', `Bearer ${'k'.repeat(5000)}`]) {
+        for (const route of ['/v1/models', '/v1/chat/completions']) {
+          const r = await h.request(gw, route === '/v1/models' ? 'GET' : 'POST', route, {
+            body: route === '/v1/models' ? undefined : chat(), headers: { authorization: value } });
+          assert.strictEqual(r.status, 401, `${route} ${value.slice(0, 12)}: ${r.text}`);
+          assert.strictEqual(r.body.error.code, 'invalid_api_key');
+        }
+      }
+      assert.strictEqual((await h.request(gw, 'GET', '/health')).status, 200);
+      const r = await client.chat.completions.create(chat());
+      assert.strictEqual(r.choices.length, 1);
+    }],
+    ['a second gateway cannot listen on a port in use', async () => {
+      const e = await h.startGateway(server, ['--listen', `127.0.0.1:${gw.port}`]).then(
+        () => null, (err) => err);
+      assert.ok(e && /cannot listen on 127\.0\.0\.1:\d+/.test(e.message), String(e));
     }],
     ['an unknown model is a 404 model_not_found', async () => {
       for (const stream of [false, true]) {
@@ -141,9 +182,14 @@ function assertApiError(e, status, param, code) {
         const right = h.openai(pass, { apiKey: 'sk-gw-one' });
         const r = await right.chat.completions.create(chat());
         assert.strictEqual(r.choices[0].finish_reason !== null, true);
-        // The cached model name must not let a wrong key through either.
+        // The cached model name must not let a wrong key through either, nor the model list.
         e = await h.apiError(() => wrong.chat.completions.create(chat()));
         assertApiError(e, 401, null, 'invalid_api_key');
+        assert.strictEqual((await right.models.list()).data.length, 1);
+        e = await h.apiError(() => wrong.models.list());
+        assertApiError(e, 401, null, 'invalid_api_key');
+        const none = await h.request(pass, 'GET', '/v1/models');
+        assert.strictEqual(none.status, 401, none.text);
         const text = await h.scrape(locked);
         assert.ok(h.metric(text, 'kimi_auth_failures_total') >= 3);
       } finally {

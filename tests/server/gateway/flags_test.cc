@@ -45,6 +45,10 @@ TEST(GatewayFlags, RejectsBadInput) {
   EXPECT_EQ(Parse({"--nope"}).status().message(), "unknown flag --nope (see --help)");
   EXPECT_EQ(Parse({"--nope", "1"}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(Parse({"--backend-api-key-file", "k.txt"}).ok());  // needs --api-keys-file
+  // spdlog would take an unknown level as "off" and silence the gateway.
+  EXPECT_EQ(Parse({"--log-level", "inof"}).status().message(),
+            "--log-level: expected trace, debug, info, warn or error, got 'inof'");
+  EXPECT_TRUE(Parse({"--log-level", "warn"}).ok());
 }
 
 TEST(GatewayFlags, SplitHostPort) {

@@ -64,7 +64,7 @@ function openai(gw, { apiKey = 'sk-test', maxRetries = 0, timeout = 120000 } = {
 function request(gw, method, urlPath, { body, headers = {} } = {}) {
   return new Promise((resolve, reject) => {
     const data = body === undefined ? undefined
-      : (typeof body === 'string' ? body : JSON.stringify(body));
+      : (typeof body === 'string' || Buffer.isBuffer(body) ? body : JSON.stringify(body));
     const req = http.request(`${gw.url()}${urlPath}`, {
       method, agent: false,
       headers: { 'content-type': 'application/json', ...headers },
