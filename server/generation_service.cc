@@ -1,11 +1,12 @@
 #include "server/generation_service.h"
 
-#include <grpcpp/support/byte_buffer.h>
-#include <spdlog/spdlog.h>
-
 #include <deque>
 #include <mutex>
 
+#include <grpcpp/support/byte_buffer.h>
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "server/status_map.h"
 #include "server/validate.h"
@@ -221,13 +222,17 @@ class StreamSink : public sched::RequestSink {
           metrics->OnCancelled("shutdown");
         }
       }
+      // What clients send is escaped (newlines, quotes, control bytes), so each request stays one
+      // line and no client can write a line of its own into the log.
       spdlog::info(
           "request {} client_id=\"{}\" prompt_tokens={} completion_tokens={} "
           "cached_tokens={} ttft={} duration={:.3f}s finish={} {}{}",
-          id_, client_, e.prompt_tokens, e.completion_tokens, e.cached_tokens,
-          tokens_ > 0 ? fmt::format("{:.3f}s", ttft_) : std::string("-"), total,
+          id_, absl::Utf8SafeCEscape(client_), e.prompt_tokens, e.completion_tokens,
+          e.cached_tokens, tokens_ > 0 ? fmt::format("{:.3f}s", ttft_) : std::string("-"), total,
           sched::FinishReasonName(e.finish), e.detail,
-          backend_->config.log_prompts ? " prompt=\"" + prompt_text_ + "\"" : "");
+          backend_->config.log_prompts
+              ? absl::StrCat(" prompt=\"", absl::Utf8SafeCEscape(prompt_text_), "\"")
+              : "");
     }
     std::lock_guard<std::mutex> lock(shared_->mu);
     if (shared_->reactor) shared_->reactor->EnqueueLocked(Serialize(r), final, std::move(status));

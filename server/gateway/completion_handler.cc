@@ -9,6 +9,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "server/gateway/client_watch.h"
 #include "server/gateway/errors.h"
@@ -268,7 +269,8 @@ void Session::Log(int http_status, const std::string& note) {
       "duration={:.3f}s user=\"{}\" {}",
       meta_.endpoint == Endpoint::kChat ? "chat" : "completions", meta_.id, meta_.model, request_.n,
       request_.stream, http_status, usage["prompt_tokens"].get<uint32_t>(), completion,
-      std::chrono::duration<double>(Clock::now() - start_).count(), request_.user, outcome);
+      std::chrono::duration<double>(Clock::now() - start_).count(),
+      absl::Utf8SafeCEscape(request_.user), outcome);  // escaped: one line, none forged
 }
 
 }  // namespace

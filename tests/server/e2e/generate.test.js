@@ -159,6 +159,14 @@ function readLogits(file) {
       assert.strictEqual(ids.final.usage.prompt_tokens, 4);
       assert.strictEqual(ids.tokens.length, 3);
     }],
+    ['the request log keeps one line per request, whatever the client id holds', async () => {
+      const forged = 'a"\n2026-01-01T00:00:00.000 warn FORGED';
+      const r = await h.generate(c, { text: 'Hi', max_tokens: 2, request_id: forged });
+      assert.strictEqual(r.status.code, 0, r.status.details);
+      await h.waitFor(async () => server.log.includes('client_id="a\\"\\n2026'), 5000,
+                      'the escaped client id in the request log');
+      assert.ok(!/^2026-01-01T00:00:00.000 warn FORGED/m.test(server.log), server.log);
+    }],
     ['a second server on the port in use fails to start', async () => {
       // Without SO_REUSEPORT off, gRPC let it bind and split the port's connections between two.
       const second = h.startServer(['--listen', server.address()], { waitServing: false });
