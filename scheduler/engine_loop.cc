@@ -104,7 +104,7 @@ void EngineLoop::Deliver(std::vector<RequestEvent> events) {
     Live& live = it->second;
     StreamEvent out;
     if (live.first) {
-      out.queue_seconds = Seconds(Clock::now() - live.submitted);
+      if (live.started) out.queue_seconds = Seconds(*live.started - live.submitted);
       live.first = false;
     }
     bool stopped = false;
@@ -165,7 +165,9 @@ bool EngineLoop::RunOnce() {
   }
   for (const PlannedSeq& s : plan.seqs) {
     auto it = live_.find(s.request->spec.id);
-    if (it != live_.end()) it->second.cached_tokens = s.request->cached_tokens;
+    if (it == live_.end()) continue;
+    it->second.cached_tokens = s.request->cached_tokens;
+    if (!it->second.started) it->second.started = t0;
   }
   StepStats step;
   step.batch_size = static_cast<int64_t>(plan.seqs.size());

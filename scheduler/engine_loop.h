@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,7 +40,9 @@ struct StreamEvent {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;
-  double queue_seconds = -1.0;  // set on a request's first event
+  // Set on a request's first event: from submission to the planning of its first step (its
+  // prefill not included); -1 when it never ran.
+  double queue_seconds = -1.0;
   absl::Status rejected;         // the scheduler refused the request (finish is kError)
 };
 
@@ -97,6 +100,7 @@ class EngineLoop {
     std::unique_ptr<TextStream> text;
     bool first = true;
     Clock::time_point submitted;
+    std::optional<Clock::time_point> started;  // when its first step was planned
     int64_t cached_tokens = 0;
   };
   void Loop();

@@ -2,9 +2,12 @@
 // to cold runs, preemption, cancellation.
 #include "scheduler/engine_loop.h"
 
+#include <chrono>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <random>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "tests/engine/test_models.h"
@@ -214,6 +217,34 @@ TEST_P(LoopTest, CancelMidStream) {
   EXPECT_EQ(sink->finish(), FinishReason::kCancelled);
   EXPECT_EQ(loop.Stats().slots_used, 0);
   EXPECT_EQ(loop.Stats().pages_used, 0);
+}
+
+// A request's queue time ends when its first step is planned: its prefill is not queueing. Four
+// prefill chunks, each step followed by 20 ms (the on_step hook), come before the first token.
+TEST(EngineLoop, QueueTimeEndsAtTheFirstStep) {
+  const Model& m = Tiny("k3-tiny");
+  LoopConfig config{Config(64), {}, {}, {}, {}};
+  config.on_step = [](const StepStats&, const SchedulerStats&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  EngineLoop loop(m, config);
+  auto sink = std::make_shared<Collect>();
+  SamplingParams p;
+  p.temperature = 0.0f;
+  const auto submitted = std::chrono::steady_clock::now();
+  ASSERT_TRUE(loop.Submit(Spec("q", Prompt(250, m.config().vocab, 3), 2, p), {}, sink).ok());
+  std::optional<double> first;  // seconds from submission to the first event
+  for (int i = 0; i < 1000 && loop.RunOnce(); ++i) {
+    if (!first && !sink->events.empty()) {
+      first = std::chrono::duration<double>(std::chrono::steady_clock::now() - submitted).count();
+    }
+  }
+  ASSERT_TRUE(first.has_value());
+  ASSERT_FALSE(sink->events.empty());
+  const double queue = sink->events.front().queue_seconds;
+  EXPECT_GE(*first, 0.06);
+  EXPECT_GE(queue, 0.0);
+  EXPECT_LT(queue, 0.5 * *first) << "queue time includes the prefill";
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, LoopTest, ::testing::Values("kimi-linear-tiny", "k3-tiny"));
