@@ -74,6 +74,15 @@ grpc::Status FinalStatus(sched::FinishReason r, const std::string& detail) {
 
 class GenerateStream;
 
+constexpr std::chrono::milliseconds kDeadlineMargin{50};
+
+// kimi_request_cancellations_total's reason for a request that finished CANCELLED with `detail`.
+const char* CancellationReason(const std::string& detail) {
+  if (detail == "deadline exceeded") return "deadline";
+  if (detail.find("shut down") != std::string::npos) return "shutdown";
+  return "client_cancel";
+}
+
 // Shared between the reactor (gRPC threads) and the sink (engine thread); outlives either.
 struct StreamShared {
   std::mutex mu;
@@ -118,8 +127,10 @@ class GenerateStream : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
   void OnCancel() override {
-    const bool deadline = ctx_->deadline() <= std::chrono::system_clock::now();
-    if (backend_->metrics) backend_->metrics->OnCancelled(deadline ? "deadline" : "client_cancel");
+    // A client whose own deadline passes resets the stream a little before the server's copy of
+    // the deadline (taken when the call arrived) passes: a cancel this close to it is the
+    // deadline's. The cancellation is counted with the request's final event, by its reason.
+    const bool deadline = ctx_->deadline() <= std::chrono::system_clock::now() + kDeadlineMargin;
     if (!id_.empty() && backend_->loop) {
       backend_->loop->Cancel(id_, deadline ? "deadline exceeded" : "cancelled by client");
     }
@@ -217,9 +228,10 @@ class StreamSink : public sched::RequestSink {
       const double total = Since(start_);
       if (metrics) {
         metrics->OnFinished(e.finish, e.prompt_tokens, e.completion_tokens, total);
-        if (e.finish == sched::FinishReason::kCancelled &&
-            e.detail.find("shut down") != std::string::npos) {
-          metrics->OnCancelled("shutdown");
+        // Counted here, once per cancelled request, whichever noticed first (the client's
+        // cancel, the scheduler's deadline check, the drain).
+        if (e.finish == sched::FinishReason::kCancelled) {
+          metrics->OnCancelled(CancellationReason(e.detail));
         }
       }
       // What clients send is escaped (newlines, quotes, control bytes), so each request stays one
@@ -252,6 +264,11 @@ class StreamSink : public sched::RequestSink {
 void GenerateStream::Start(const grpc::ByteBuffer* request) {
   internal::GenerateRequest req;
   if (!Parse(request, &req)) {
+    if (!request->Valid() || ctx_->IsCancelled()) {  // gone before its request was read
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled before the request"));
+      return;
+    }
     Reject(absl::InvalidArgumentError("request: not a valid kimi.v1.GenerateRequest"),
            "INVALID_ARGUMENT");
     return;

@@ -27,15 +27,31 @@ const h = require('./harness');
       const text = await h.scrape(server);
       assert.strictEqual(h.metric(text, 'kimi_mla_kv_pages{state="used"}'), 0);
     }],
-    ['an expired deadline ends the stream with DEADLINE_EXCEEDED', async () => {
-      const r = await h.generate(c, { text: 'deadline', max_tokens: 4000, ignore_eos: true },
-                                 new h.grpc.Metadata(), { deadline: Date.now() + 300 });
-      assert.ok(r.error, 'the stream should not finish 4000 tokens in 300 ms');
-      assert.strictEqual(r.error.code, h.grpc.status.DEADLINE_EXCEEDED);
-      await h.waitFor(async () => (await slotsUsed()) === 0, 5000, 'slot to be freed');
-      const text = await h.scrape(server);
-      assert.ok(h.metric(text, 'kimi_request_cancellations_total{reason="deadline"}') +
-                h.metric(text, 'kimi_requests_total{finish_reason="cancelled"}') >= 1);
+    ['an expired deadline ends the stream with DEADLINE_EXCEEDED, counted as a deadline', async () => {
+      const series = ['kimi_request_cancellations_total{reason="deadline"}',
+                      'kimi_request_cancellations_total{reason="client_cancel"}',
+                      'kimi_requests_total{finish_reason="cancelled"}'];
+      const counts = async () => {
+        const text = await h.scrape(server);
+        return series.map((s) => h.metric(text, s) || 0);
+      };
+      const before = await counts();
+      // Deadlines from 20 ms (the client's reset can reach the server just before its own copy
+      // of the deadline passes) to 300 ms (the scheduler's deadline check, or gRPC's, ends it).
+      const deadlines = [20, 40, 60, 80, 120, 160, 200, 300];
+      const results = await Promise.all(deadlines.map((ms) => h.generate(
+        c, { text: `deadline ${ms}`, max_tokens: 4000, ignore_eos: true }, new h.grpc.Metadata(),
+        { deadline: Date.now() + ms })));
+      for (const r of results) {
+        assert.ok(r.error, 'the stream should not finish 4000 tokens in 300 ms');
+        assert.strictEqual(r.error.code, h.grpc.status.DEADLINE_EXCEEDED);
+      }
+      await h.waitFor(async () => (await slotsUsed()) === 0, 5000, 'slots to be freed');
+      const n = deadlines.length;
+      await h.waitFor(async () => (await counts())[2] === before[2] + n, 5000,
+                      'every request counted as cancelled');
+      const after = await counts();
+      assert.deepStrictEqual(after.map((v, i) => v - before[i]), [n, 0, n], series.join(', '));
     }],
     ['a cancelled request does not disturb the others', async () => {
       const keep = h.generate(c, { text: 'keep', max_tokens: 40, ignore_eos: true,
