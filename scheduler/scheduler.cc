@@ -160,6 +160,8 @@ SchedulerStats Scheduler::Stats() const {
   s.pages_used = pages_.used();
   s.pages_total = pages_.capacity();
   s.attn_res_bytes_total = AttnResCacheBytes(model_, token_budget_);
+  // The block cache lives for a step: with nothing running the last step's figure is stale.
+  if (running_.empty()) s.attn_res_bytes_used = 0;
   if (prefix_) {
     s.prefix_queries = prefix_->queries();
     s.prefix_hits = prefix_->hits();

@@ -17,11 +17,12 @@ namespace p = ::prometheus;
 
 namespace {
 
-// Buckets for LLM serving: sub-millisecond steps up to minute-long requests.
-const p::Histogram::BucketBoundaries kLatency = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075,
-                                                 0.1,   0.15,   0.2,   0.3,  0.5,   0.75,  1.0,
-                                                 1.5,   2.0,    3.0,   5.0,  7.5,   10.0,  20.0,
-                                                 30.0,  60.0,   120.0};
+// Buckets for LLM serving: sub-millisecond steps and token gaps of small models up to requests of
+// several minutes (4096 tokens at 50 ms a token take 205 s).
+const p::Histogram::BucketBoundaries kLatency = {
+    0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,  0.025, 0.05,  0.075, 0.1,
+    0.15,    0.2,    0.3,   0.5,    0.75,  1.0,   1.5,   2.0,   3.0,   5.0,
+    7.5,     10.0,   20.0,  30.0,   60.0,  120.0, 180.0, 300.0, 600.0};
 const p::Histogram::BucketBoundaries kBatch = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
 
 }  // namespace

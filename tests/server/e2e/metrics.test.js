@@ -45,6 +45,12 @@ const h = require('./harness');
       assert.ok(h.metric(text, 'kimi_kda_state_slots{state="total"}') > 0);
       assert.ok(h.metric(text, 'kimi_mla_kv_pages{state="total"}') > 0);
       assert.ok(h.metric(text, 'kimi_attn_res_cache_bytes{state="total"}') > 0);
+      // Idle after the requests: nothing holds a slot, a page or the block cache.
+      for (const series of ['kimi_requests_running', 'kimi_kda_state_slots{state="used"}',
+                            'kimi_mla_kv_pages{state="used"}',
+                            'kimi_attn_res_cache_bytes{state="used"}']) {
+        assert.strictEqual(h.metric(text, series), 0, series);
+      }
     }],
     ['every series the dashboard queries exists', async () => {
       const dash = fs.readFileSync(path.join(h.root, 'deploy/grafana/kimi-serve.json'), 'utf8');
