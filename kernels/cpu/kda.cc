@@ -520,7 +520,17 @@ void KdaChunk(float* o, const float* q, const float* k, const float* v, const fl
       while (t0 < d.T) {
         const int64_t to_boundary = chunk - (pos0 + t0) % chunk;
         const int64_t c = std::min<int64_t>(to_boundary, d.T - t0);
-        chunk_head(io, S, h, t0, c, scratch);
+        if (c == 1) {
+          // A one-token chunk (a prompt's last token just past the grid) takes the recurrent
+          // step, which that token gets when a step carries it alone: the chunked form's
+          // arithmetic differs in the last bits (about 2e-6 in a logit), and a seeded request's
+          // tokens would then depend on how the scheduler split its prompt.
+          const KdaDims one{1, d.H, d.K, d.V};
+          RecurrentHead(o + t0 * d.H * d.V, q + t0 * d.H * d.K, k + t0 * d.H * d.K,
+                        v + t0 * d.H * d.V, g + t0 * d.H * d.K, beta + t0 * d.H, S, one, h, scale);
+        } else {
+          chunk_head(io, S, h, t0, c, scratch);
+        }
         t0 += c;
       }
     }

@@ -27,7 +27,8 @@ void KdaRecurrent(float* o, const float* q, const float* k, const float* v, cons
 
 // Same contract. Chunks sit on the absolute grid of `chunk` tokens: with `pos0` tokens already in
 // the state, the first chunk ends at the next multiple of `chunk`, so splitting a prompt at
-// multiples of `chunk` gives bit-identical results to running it whole.
+// multiples of `chunk` gives bit-identical results to running it whole. A chunk of one token is
+// KdaRecurrent's step, so a split that leaves the last token alone (run by KdaRecurrent) does too.
 void KdaChunk(float* o, const float* q, const float* k, const float* v, const float* g,
               const float* beta, float* state, const KdaDims& d, float scale, int64_t pos0 = 0,
               int chunk = 64);

@@ -123,6 +123,15 @@ TEST_P(EngineTest, PrefillSplitsAndDecodeAgree) {
   EXPECT_LE(MaxDiff(r.Run({tokens}, {ones})[0], whole), kSplitTolerance);
   // Splits on the 64-token grid repeat the same arithmetic: bit-identical.
   EXPECT_EQ(r.Run({tokens}, {{64, 64, 22}})[0], whole);
+  // So does a split that leaves one token past the grid alone, as the scheduler's does when a
+  // prompt of 64k + 1 tokens fills a step's budget (its last chunk, whole or alone, is the
+  // recurrent step).
+  const auto tail = RandomTokens(129, m.config().vocab, 4);
+  Runner t(m, 1, 129);
+  const auto tail_whole = t.Run({tail}, {{129}})[0];
+  EXPECT_EQ(t.Run({tail}, {{128, 1}})[0], tail_whole);
+  EXPECT_EQ(t.Run({tail}, {{64, 65}})[0], tail_whole);
+  EXPECT_EQ(t.Run({tail}, {{64, 64, 1}})[0], tail_whole);
 }
 
 // N tokens of prefill then decode equals N+1 tokens of prefill.

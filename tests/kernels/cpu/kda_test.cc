@@ -137,6 +137,39 @@ TEST(Kda, ChunkSplitsOnTheGridAreBitExact) {
   }
 }
 
+// A prompt split before its last token (a one-token step takes KdaRecurrent) gives the bits of the
+// whole run: the one-token chunk on the grid is the recurrent step. At 128 wide heads (the
+// unrolled path) and an odd width.
+TEST(Kda, OneTokenTailIsTheRecurrentStep) {
+  for (const auto& [K, V] : {std::pair<int64_t, int64_t>{128, 128}, {24, 40}}) {
+    const int64_t T = 129, H = 2;
+    const Inputs in = MakeInputs(T, H, K, V, 7, 0.3f);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(K));
+    std::vector<float> whole(T * H * V), state_whole = in.state;
+    KdaChunk(whole.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+             state_whole.data(), in.d, scale);
+    for (const bool recurrent_tail : {true, false}) {
+      std::vector<float> o(whole.size()), state = in.state;
+      KdaChunk(o.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+               state.data(), {T - 1, H, K, V}, scale);
+      const int64_t t = T - 1;
+      const KdaDims one{1, H, K, V};
+      float* ot = o.data() + t * H * V;
+      const float *qt = in.q.data() + t * H * K, *kt = in.k.data() + t * H * K,
+                  *vt = in.v.data() + t * H * V, *gt = in.g.data() + t * H * K,
+                  *bt = in.beta.data() + t * H;
+      if (recurrent_tail) {
+        KdaRecurrent(ot, qt, kt, vt, gt, bt, state.data(), one, scale);
+      } else {
+        KdaChunk(ot, qt, kt, vt, gt, bt, state.data(), one, scale, t);
+      }
+      for (size_t i = 0; i < o.size(); ++i) ASSERT_EQ(o[i], whole[i]) << K << " " << i;
+      for (size_t i = 0; i < state.size(); ++i)
+        ASSERT_EQ(state[i], state_whole[i]) << K << " " << i;
+    }
+  }
+}
+
 // Kimi Linear's gate: -exp(A_log) * softplus(x + dt_bias) with softplus's threshold at 20; K3's:
 // lower_bound * sigmoid(exp(A_log) * (x + dt_bias)).
 TEST(Kda, GateForms) {
