@@ -467,7 +467,9 @@ TokenChoice SampleToken(std::span<const float> logits, const SamplingParams& p,
     l = adjusted;
   }
   std::optional<float> top;  // MaxOf(l) once the draw has it; the logprobs may reuse it
-  if (p.temperature <= 0.0f) {
+  // A temperature so small that 1 / temperature overflows (under about 3e-39) is greedy: every
+  // other token's weight is 0 there anyway, and the draw's (x - top) / t would be inf * 0 = NaN.
+  if (p.temperature <= 0.0f || !std::isfinite(1.0f / p.temperature)) {
     choice.token = ArgMax(l);
   } else {
     top = MaxOf(l);

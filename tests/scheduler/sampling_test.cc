@@ -30,6 +30,25 @@ TEST(Sampling, GreedyTakesTheArgmaxAndReportsRawLogprobs) {
 }
 
 // Draws depend on (seed, index) only; their frequencies follow softmax(l / T).
+// A temperature whose reciprocal overflows a float is greedy (it drew [PAD] or noise before).
+TEST(Sampling, ATemperatureTooSmallToInvertIsGreedy) {
+  std::vector<float> l = {0.1f, 2.0f, -1.0f, 1.9f, 0.0f};
+  for (const float t : {1e-40f, 2e-39f, 1e-45f}) {
+    for (const int32_t top_k : {0, 3}) {
+      SamplingParams p;
+      p.temperature = t;
+      p.top_k = top_k;
+      for (uint64_t seed = 0; seed < 20; ++seed) {
+        p.seed = seed;
+        EXPECT_EQ(SampleToken(l, p, {}, {}, seed).token, 1) << t << " " << top_k;
+      }
+    }
+  }
+  SamplingParams small;  // still invertible: a draw, and the best token all but surely
+  small.temperature = 1e-30f;
+  EXPECT_EQ(SampleToken(l, small, {}, {}, 0).token, 1);
+}
+
 TEST(Sampling, SeededDrawsAreReproducibleAndFollowTheDistribution) {
   SamplingParams p;
   p.temperature = 0.7f;
