@@ -109,9 +109,11 @@ void EngineLoop::Deliver(std::vector<RequestEvent> events) {
     }
     bool stopped = false;
     if (live.text) {
-      for (const TokenChoice& t : ev.tokens) {
-        out.text += live.text->Push(t.token, &stopped);
-        if (stopped) break;
+      // A stop token id ends the request without its own text (an end-of-turn id is special and
+      // has none; a plain token named in stop_token_ids would show), as a stop string does.
+      const size_t texts = ev.tokens.size() - (ev.stop_token && !ev.tokens.empty() ? 1 : 0);
+      for (size_t i = 0; i < texts && !stopped; ++i) {
+        out.text += live.text->Push(ev.tokens[i].token, &stopped);
       }
     }
     out.tokens = std::move(ev.tokens);

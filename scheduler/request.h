@@ -35,6 +35,7 @@ struct RequestEvent {
   std::string detail;  // why it finished, for logs and error statuses
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  bool stop_token = false;  // the last token is a stop token id (its text is not output)
 };
 
 enum class RequestState { kWaiting, kRunning, kSwapped, kFinished };

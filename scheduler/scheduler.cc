@@ -251,6 +251,7 @@ std::vector<RequestEvent> Scheduler::Update(StepPlan& plan, const StepOutput& ou
     if (stop_id) {
       RequestEvent done = Finished(r, FinishReason::kStop, "stop token");
       done.tokens = std::move(e.tokens);
+      done.stop_token = true;
       events.push_back(std::move(done));
     } else if (static_cast<int64_t>(r.output_ids.size()) >= r.spec.max_tokens) {
       RequestEvent done = Finished(r, FinishReason::kLength, "max_tokens reached");

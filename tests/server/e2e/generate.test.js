@@ -120,6 +120,24 @@ function readLogits(file) {
       assert.strictEqual(r.text, text.slice(0, text.indexOf(stop)));
       assert.ok(!r.text.includes(stop));
     }],
+    ['a stop token id ends the stream with its id but without its text', async () => {
+      const base = await h.generate(c, { text: 'abc', max_tokens: 24, ignore_eos: true,
+                                         sampling: { temperature: 0 } });
+      // The first token that has text of its own and does not come earlier.
+      let at = -1;
+      for (let i = 1; i < base.tokens.length && at < 0; ++i) {
+        const own = (await h.unary(c, 'Detokenize', { token_ids: [base.tokens[i]] })).res.text;
+        if (own.length > 0 && !base.tokens.slice(0, i).includes(base.tokens[i])) at = i;
+      }
+      assert.ok(at > 0, 'no usable stop token in the greedy output');
+      const r = await h.generate(c, { text: 'abc', max_tokens: 24, ignore_eos: true,
+                                      sampling: { temperature: 0 },
+                                      stop_token_ids: [base.tokens[at]] });
+      assert.strictEqual(r.final.finish_reason, 'FINISH_REASON_STOP');
+      assert.deepStrictEqual(r.tokens, base.tokens.slice(0, at + 1));
+      const before = (await h.unary(c, 'Detokenize', { token_ids: base.tokens.slice(0, at) })).res;
+      assert.strictEqual(r.text, before.text);
+    }],
     ['a stop string the last allowed token completes finishes with STOP', async () => {
       const base = await h.generate(c, { text: 'abc', max_tokens: 24, ignore_eos: true,
                                          sampling: { temperature: 0 } });
