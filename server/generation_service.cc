@@ -363,7 +363,7 @@ grpc::ServerUnaryReactor* GenerationService::Detokenize(grpc::CallbackServerCont
   }
   const int64_t vocab = backend_->model->config().vocab;
   tokenizer::StreamingDetokenizer detok(backend_->tokenizer.get(),
-                                        {{}, /*skip_special_tokens=*/false});
+                                        {{}, request->skip_special_tokens()});
   std::string text;
   std::vector<int32_t> ids;
   for (int i = 0; i < request->token_ids_size(); ++i) {

@@ -3,46 +3,12 @@
 #include <algorithm>
 #include <utility>
 
+#include "tokenizer/utf8.h"
+
 namespace kimi::tokenizer {
 namespace {
 
 constexpr char kReplacement[] = "\xEF\xBF\xBD";  // U+FFFD
-
-enum class Utf8Status { kComplete, kIncomplete, kInvalid };
-
-// Classifies the sequence at s[i]: complete (len = its length), incomplete (a valid prefix that
-// runs to the end of s), or invalid (len = the maximal subpart to replace, per Unicode 3.9 / W3C).
-Utf8Status ScanUtf8(absl::string_view s, size_t i, size_t* len) {
-  const auto b0 = static_cast<uint8_t>(s[i]);
-  *len = 1;
-  if (b0 < 0x80) return Utf8Status::kComplete;
-  size_t need;
-  uint8_t lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    need = 2;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    need = 3;
-    if (b0 == 0xE0) lo = 0xA0;
-    if (b0 == 0xED) hi = 0x9F;  // no surrogates
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    need = 4;
-    if (b0 == 0xF0) lo = 0x90;
-    if (b0 == 0xF4) hi = 0x8F;
-  } else {
-    return Utf8Status::kInvalid;
-  }
-  for (size_t k = 1; k < need; ++k) {
-    if (i + k >= s.size()) return Utf8Status::kIncomplete;
-    const auto b = static_cast<uint8_t>(s[i + k]);
-    const bool ok = k == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xBF);
-    if (!ok) {
-      *len = k;
-      return Utf8Status::kInvalid;
-    }
-  }
-  *len = need;
-  return Utf8Status::kComplete;
-}
 
 }  // namespace
 

@@ -66,6 +66,7 @@ class BackendClient {
                                          std::shared_ptr<EventQueue> events);
   absl::StatusOr<v1::ModelInfo> GetModelInfo(const std::string& authorization);
   absl::StatusOr<v1::DetokenizeResponse> Detokenize(const std::vector<uint32_t>& token_ids,
+                                                    bool skip_special_tokens,
                                                     const std::string& authorization);
   // grpc.health.v1 Check of the whole server: true when SERVING.
   absl::StatusOr<bool> Serving();

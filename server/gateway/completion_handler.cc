@@ -54,7 +54,7 @@ struct Choice {
   bool heard = false;  // a message arrived
   bool ended = false;
   ChoiceResult result;
-  int64_t text_offset = 0;  // completions logprobs, streaming
+  TextOffsets offsets;  // completions logprobs, streaming
 };
 
 // The Generate streams behind one HTTP request. Lives on the connection's thread (the handler, then
@@ -98,7 +98,7 @@ class Session {
   std::optional<StreamEvent> Next();
   void Render(const StreamEvent& e, std::string* out);
   std::string RequestId(size_t choice) const;
-  std::string TokenBytesOf(uint32_t id) const {
+  TokenPiece PieceOf(uint32_t id) const {
     return g_.token_bytes->Get(meta_.model, id, authorization_);
   }
   bool AllEnded() const { return ended_ == choices_.size(); }
@@ -190,15 +190,14 @@ std::vector<ChoiceResult> Session::Results() const {
 }
 
 json Session::Body() const {
-  return CompletionJson(meta_, Results(), request_.n,
-                        [this](uint32_t id) { return TokenBytesOf(id); });
+  return CompletionJson(meta_, Results(), request_.n, [this](uint32_t id) { return PieceOf(id); });
 }
 
 void Session::Render(const StreamEvent& e, std::string* out) {
   if (e.end) return;  // a good end was announced by its last message's finish reason
   Choice& c = choices_[e.choice];
-  auto bytes_of = [this](uint32_t id) { return TokenBytesOf(id); };
-  if (auto chunk = DeltaChunk(meta_, e.choice, e.message, bytes_of, &c.text_offset)) {
+  auto piece_of = [this](uint32_t id) { return PieceOf(id); };
+  if (auto chunk = DeltaChunk(meta_, e.choice, e.message, piece_of, &c.offsets)) {
     *out += SseData(*chunk);
   }
   const v1::FinishReason f = e.message.finish_reason();

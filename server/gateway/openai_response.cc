@@ -38,20 +38,14 @@ std::string TokenString(const std::string& bytes) {
   return s;
 }
 
-int64_t CodePoints(const std::string& s) {
-  int64_t n = 0;
-  for (unsigned char c : s) n += (c & 0xc0) != 0x80;
-  return n;
-}
-
 json ChatLogprobs(const ResponseMeta& meta, const std::vector<v1::TokenLogprob>& tokens,
-                  const TokenBytesFn& bytes_of) {
+                  const TokenPieceFn& piece_of) {
   json content = json::array();
   for (const v1::TokenLogprob& t : tokens) {
-    const std::string b = bytes_of(t.token_id());
+    const std::string b = piece_of(t.token_id()).bytes;
     json top = json::array();
     for (int k = 0; k < t.top_size() && k < meta.top_logprobs; ++k) {
-      const std::string tb = bytes_of(t.top(k).token_id());
+      const std::string tb = piece_of(t.top(k).token_id()).bytes;
       top.push_back(
           {{"token", TokenString(tb)}, {"logprob", t.top(k).logprob()}, {"bytes", Bytes(tb)}});
     }
@@ -64,34 +58,33 @@ json ChatLogprobs(const ResponseMeta& meta, const std::vector<v1::TokenLogprob>&
 }
 
 json CompletionLogprobs(const ResponseMeta& meta, const std::vector<v1::TokenLogprob>& tokens,
-                        const TokenBytesFn& bytes_of, int64_t* text_offset) {
+                        const TokenPieceFn& piece_of, TextOffsets* offsets) {
   json out = {{"tokens", json::array()},
               {"token_logprobs", json::array()},
               {"top_logprobs", json::array()},
               {"text_offset", json::array()}};
   for (const v1::TokenLogprob& t : tokens) {
-    const std::string b = bytes_of(t.token_id());
+    const TokenPiece piece = piece_of(t.token_id());
+    const std::string name = TokenString(piece.bytes);
+    // The alternatives and, as OpenAI's "up to logprobs + 1", the chosen token.
     json top = json::object();
     for (int k = 0; k < t.top_size() && k < meta.top_logprobs; ++k) {
-      top[TokenString(bytes_of(t.top(k).token_id()))] = t.top(k).logprob();
+      top[TokenString(piece_of(t.top(k).token_id()).bytes)] = t.top(k).logprob();
     }
-    out["tokens"].push_back(TokenString(b));
+    top[name] = t.logprob();
+    out["tokens"].push_back(name);
     out["token_logprobs"].push_back(t.logprob());
     out["top_logprobs"].push_back(std::move(top));
-    // Offsets count characters: the one the token's first byte falls in (a token that goes on
-    // with a character another began is at that character).
-    const bool continues = !b.empty() && (static_cast<unsigned char>(b[0]) & 0xc0) == 0x80;
-    out["text_offset"].push_back(*text_offset - (continues && *text_offset > 0 ? 1 : 0));
-    *text_offset += CodePoints(b);
+    out["text_offset"].push_back(offsets->Add(piece));
   }
   return out;
 }
 
 json ChoiceJson(const ResponseMeta& meta, int index, const ChoiceResult& c,
-                const TokenBytesFn& bytes_of) {
-  int64_t offset = 0;
+                const TokenPieceFn& piece_of) {
+  TextOffsets offsets;
   json choice = {{"index", index},
-                 {"logprobs", LogprobsJson(meta, c.logprobs, bytes_of, &offset)},
+                 {"logprobs", LogprobsJson(meta, c.logprobs, piece_of, &offsets)},
                  {"finish_reason", FinishReasonJson(c.finish)}};
   if (IsChat(meta)) {
     choice["message"] = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
@@ -102,6 +95,20 @@ json ChoiceJson(const ResponseMeta& meta, int index, const ChoiceResult& c,
 }
 
 }  // namespace
+
+int64_t TextOffsets::Add(const TokenPiece& token) {
+  const int64_t at = chars_;  // a character in progress starts here too
+  if (!token.in_text) return at;
+  partial_ += token.bytes;
+  size_t i = 0, len = 0;
+  while (i < partial_.size() &&
+         tokenizer::ScanUtf8(partial_, i, &len) != tokenizer::Utf8Status::kIncomplete) {
+    ++chars_;  // a whole character, or U+FFFD for an invalid part
+    i += len;
+  }
+  partial_.erase(0, i);
+  return at;
+}
 
 void ChoiceResult::Add(const v1::GenerateResponse& m, bool keep_text) {
   tokens_seen += static_cast<uint32_t>(m.token_ids_size());
@@ -143,18 +150,18 @@ json TotalUsage(const std::vector<ChoiceResult>& choices, int n) {
 }
 
 json LogprobsJson(const ResponseMeta& meta, const std::vector<v1::TokenLogprob>& tokens,
-                  const TokenBytesFn& bytes_of, int64_t* text_offset) {
+                  const TokenPieceFn& piece_of, TextOffsets* offsets) {
   if (meta.top_logprobs < 0) return nullptr;
-  return IsChat(meta) ? ChatLogprobs(meta, tokens, bytes_of)
-                      : CompletionLogprobs(meta, tokens, bytes_of, text_offset);
+  return IsChat(meta) ? ChatLogprobs(meta, tokens, piece_of)
+                      : CompletionLogprobs(meta, tokens, piece_of, offsets);
 }
 
 json CompletionJson(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices, int n,
-                    const TokenBytesFn& bytes_of) {
+                    const TokenPieceFn& piece_of) {
   json j = Envelope(meta, /*chunk=*/false);
   j["choices"] = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
-    j["choices"].push_back(ChoiceJson(meta, static_cast<int>(i), choices[i], bytes_of));
+    j["choices"].push_back(ChoiceJson(meta, static_cast<int>(i), choices[i], piece_of));
   }
   j["usage"] = TotalUsage(choices, n);
   return j;
@@ -168,14 +175,14 @@ json RoleChunk(const ResponseMeta& meta, int index) {
 }
 
 std::optional<json> DeltaChunk(const ResponseMeta& meta, int index, const v1::GenerateResponse& m,
-                               const TokenBytesFn& bytes_of, int64_t* text_offset) {
+                               const TokenPieceFn& piece_of, TextOffsets* offsets) {
   const bool with_logprobs = meta.top_logprobs >= 0 && m.logprobs_size() > 0;
   if (m.text().empty() && !with_logprobs) return std::nullopt;
   const std::vector<v1::TokenLogprob> tokens(m.logprobs().begin(), m.logprobs().end());
-  json choice = {{"index", index},
-                 {"logprobs", with_logprobs ? LogprobsJson(meta, tokens, bytes_of, text_offset)
-                                            : json(nullptr)},
-                 {"finish_reason", nullptr}};
+  json choice = {
+      {"index", index},
+      {"logprobs", with_logprobs ? LogprobsJson(meta, tokens, piece_of, offsets) : json(nullptr)},
+      {"finish_reason", nullptr}};
   if (IsChat(meta)) {
     choice["delta"] = {{"content", m.text()}};
   } else {

@@ -31,9 +31,27 @@ struct ResponseMeta {
   bool include_usage = false;
 };
 
-// The bytes of one token id as the vocabulary holds them (special tokens as their text): not
-// always UTF-8, since a token can hold part of a character.
-using TokenBytesFn = std::function<std::string(uint32_t token_id)>;
+// One token id as logprobs show it: its bytes as the vocabulary holds them (special tokens as their
+// text; not always UTF-8, since a token can hold part of a character), and whether generated text
+// shows it (special tokens are left out).
+struct TokenPiece {
+  std::string bytes;
+  bool in_text = true;
+};
+using TokenPieceFn = std::function<TokenPiece(uint32_t token_id)>;
+
+// Completions' text_offset: where each token starts in its choice's text, in characters. The bytes
+// of the tokens the text shows are decoded as the server decodes them (whole characters, U+FFFD for
+// each maximal invalid part), so a token is at the character its first byte falls in; a token the
+// text leaves out is where the next character will be.
+class TextOffsets {
+ public:
+  int64_t Add(const TokenPiece& token);  // returns the token's offset
+
+ private:
+  int64_t chars_ = 0;
+  std::string partial_;  // the start of a character not yet complete
+};
 
 // Everything one choice produced (non-streaming), or just its end (streaming).
 struct ChoiceResult {
@@ -55,19 +73,19 @@ nlohmann::json UsageJson(uint32_t prompt_tokens, uint32_t completion_tokens);
 nlohmann::json TotalUsage(const std::vector<ChoiceResult>& choices, int n);
 
 // The `logprobs` value of one choice (or chunk) over these tokens; null when none were asked for.
-// Completions number text offsets from *text_offset (characters), which advances.
+// Completions' text offsets continue from *offsets.
 nlohmann::json LogprobsJson(const ResponseMeta& meta, const std::vector<v1::TokenLogprob>& tokens,
-                            const TokenBytesFn& bytes_of, int64_t* text_offset);
+                            const TokenPieceFn& piece_of, TextOffsets* offsets);
 
 nlohmann::json CompletionJson(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
-                              int n, const TokenBytesFn& bytes_of);
+                              int n, const TokenPieceFn& piece_of);
 
 // Streaming chunks.
 nlohmann::json RoleChunk(const ResponseMeta& meta, int index);
 // New text (and logprobs) of one message; nullopt when there is nothing to send.
 std::optional<nlohmann::json> DeltaChunk(const ResponseMeta& meta, int index,
                                          const v1::GenerateResponse& m,
-                                         const TokenBytesFn& bytes_of, int64_t* text_offset);
+                                         const TokenPieceFn& piece_of, TextOffsets* offsets);
 nlohmann::json FinishChunk(const ResponseMeta& meta, int index, v1::FinishReason reason);
 nlohmann::json UsageChunk(const ResponseMeta& meta, const nlohmann::json& usage);
 

@@ -1,6 +1,6 @@
-// Token bytes for logprobs: the backend's Detokenize of single ids (its `raw` bytes; special tokens
-// as their text), cached per model, since a token's bytes never change while the same model is
-// served.
+// Tokens for logprobs: the backend's Detokenize of single ids (their `raw` bytes, special tokens as
+// their text; and whether generated text shows them), cached per model, since a token never
+// changes while the same model is served.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "server/gateway/backend_client.h"
+#include "server/gateway/openai_response.h"
 
 namespace kimi::gateway {
 
@@ -16,15 +17,15 @@ class TokenBytes {
  public:
   explicit TokenBytes(BackendClient* backend) : backend_(backend) {}
 
-  // The bytes of `id` under `model` (a new model name empties the cache); empty if the backend
+  // Token `id` under `model` (a new model name empties the cache); empty bytes if the backend
   // cannot say.
-  std::string Get(const std::string& model, uint32_t id, const std::string& authorization);
+  TokenPiece Get(const std::string& model, uint32_t id, const std::string& authorization);
 
  private:
   BackendClient* backend_;
   std::mutex mu_;
   std::string model_;
-  std::unordered_map<uint32_t, std::string> bytes_;
+  std::unordered_map<uint32_t, TokenPiece> pieces_;
 };
 
 }  // namespace kimi::gateway

@@ -49,6 +49,15 @@ function readLogits(file) {
       }
       const bad = await h.unary(c, 'Detokenize', { token_ids: [info.vocab_size] });
       assert.strictEqual(bad.err.code, h.grpc.status.INVALID_ARGUMENT);
+      // skip_special_tokens leaves [EOS] (the second special id) out of text, as generated text
+      // does; raw keeps its name.
+      const eos = [t.token_ids[0], numBase + 1];
+      const shown = (await h.unary(c, 'Detokenize', { token_ids: eos })).res;
+      const skipped = (await h.unary(c, 'Detokenize', { token_ids: eos,
+                                                        skip_special_tokens: true })).res;
+      assert.ok(shown.text.endsWith('[EOS]'), shown.text);
+      assert.strictEqual(skipped.text, shown.text.slice(0, -'[EOS]'.length));
+      assert.ok(Buffer.from(skipped.raw).equals(Buffer.from(shown.raw)));
     }],
     ['greedy streaming equals the engine argmax, token by token', async () => {
       const prompt = 'The quick brown fox';

@@ -9,7 +9,7 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string FakeBytes(uint32_t id) { return "t" + std::to_string(id); }
+TokenPiece FakePiece(uint32_t id) { return {"t" + std::to_string(id), true}; }
 
 ResponseMeta Meta(Endpoint e, int top_logprobs = -1, bool include_usage = false) {
   ResponseMeta m;
@@ -51,7 +51,7 @@ TEST(OpenAIResponse, ChatCompletionWithUsageOverChoices) {
   choices[0].Add(Message("Hello", {1}), true);
   choices[0].Add(Message(" world", {2}, v1::FINISH_REASON_STOP, 5, 2), true);
   choices[1].Add(Message("Hi", {3}, v1::FINISH_REASON_LENGTH, 5, 1), true);
-  const json j = CompletionJson(Meta(Endpoint::kChat), choices, /*n=*/2, FakeBytes);
+  const json j = CompletionJson(Meta(Endpoint::kChat), choices, /*n=*/2, FakePiece);
   EXPECT_EQ(j["object"], "chat.completion");
   EXPECT_EQ(j["id"], "chatcmpl-1");
   EXPECT_EQ(j["model"], "k3-tiny");
@@ -73,7 +73,7 @@ TEST(OpenAIResponse, TextCompletionCountsEachPrompt) {
   for (int i = 0; i < 4; ++i) {
     choices[i].Add(Message("x", {1}, v1::FINISH_REASON_LENGTH, i < 2 ? 3 : 4, 1), true);
   }
-  const json j = CompletionJson(Meta(Endpoint::kCompletions), choices, /*n=*/2, FakeBytes);
+  const json j = CompletionJson(Meta(Endpoint::kCompletions), choices, /*n=*/2, FakePiece);
   EXPECT_EQ(j["object"], "text_completion");
   EXPECT_EQ(j["choices"][3]["text"], "x");
   EXPECT_EQ(j["usage"]["prompt_tokens"], 7);
@@ -83,7 +83,7 @@ TEST(OpenAIResponse, TextCompletionCountsEachPrompt) {
 TEST(OpenAIResponse, ChatLogprobsShowTopK) {
   std::vector<ChoiceResult> choices(1);
   choices[0].Add(Message("ab", {7, 8}, v1::FINISH_REASON_STOP, 1, 2), true);
-  const json j = CompletionJson(Meta(Endpoint::kChat, /*top_logprobs=*/2), choices, 1, FakeBytes);
+  const json j = CompletionJson(Meta(Endpoint::kChat, /*top_logprobs=*/2), choices, 1, FakePiece);
   const json& content = j["choices"][0]["logprobs"]["content"];
   ASSERT_EQ(content.size(), 2u);
   EXPECT_EQ(content[0]["token"], "t7");
@@ -98,7 +98,7 @@ TEST(OpenAIResponse, CompletionLogprobsLegacyShape) {
   std::vector<ChoiceResult> choices(1);
   choices[0].Add(Message("ab", {7, 10}, v1::FINISH_REASON_STOP, 1, 2), true);
   const json j =
-      CompletionJson(Meta(Endpoint::kCompletions, /*top_logprobs=*/1), choices, 1, FakeBytes);
+      CompletionJson(Meta(Endpoint::kCompletions, /*top_logprobs=*/1), choices, 1, FakePiece);
   const json& lp = j["choices"][0]["logprobs"];
   EXPECT_EQ(lp["tokens"], json({"t7", "t10"}));
   EXPECT_EQ(lp["text_offset"], json({0, 2}));
@@ -112,7 +112,7 @@ TEST(OpenAIResponse, CompletionLogprobsLegacyShape) {
 TEST(OpenAIResponse, TokensSplittingACharacterKeepTheirBytes) {
   const std::map<uint32_t, std::string> vocab = {
       {1, "\xC3"}, {2, "\xA9"}, {3, " \xE6\x97"}, {4, "\xA5!"}, {5, "ok"}};
-  auto bytes_of = [&](uint32_t id) { return vocab.at(id); };
+  auto piece_of = [&](uint32_t id) { return TokenPiece{vocab.at(id), true}; };
   std::vector<ChoiceResult> choices(1);
   v1::GenerateResponse m = Message("é 日!", {1, 2, 3, 4}, v1::FINISH_REASON_STOP, 1, 4);
   for (int i = 0; i < 4; ++i) {  // the top alternatives: the other split halves, then "ok"
@@ -126,7 +126,7 @@ TEST(OpenAIResponse, TokensSplittingACharacterKeepTheirBytes) {
   }
   choices[0].Add(m, true);
   EXPECT_EQ(choices[0].tokens_seen, 4u);
-  const json chat = CompletionJson(Meta(Endpoint::kChat, 2), choices, 1, bytes_of);
+  const json chat = CompletionJson(Meta(Endpoint::kChat, 2), choices, 1, piece_of);
   const json& content = chat["choices"][0]["logprobs"]["content"];
   ASSERT_EQ(content.size(), 4u);
   EXPECT_EQ(content[0]["token"], "bytes:\\xc3");
@@ -143,13 +143,41 @@ TEST(OpenAIResponse, TokensSplittingACharacterKeepTheirBytes) {
   }
   EXPECT_EQ(joined, "é 日!");
 
-  const json legacy = CompletionJson(Meta(Endpoint::kCompletions, 2), choices, 1, bytes_of);
+  const json legacy = CompletionJson(Meta(Endpoint::kCompletions, 2), choices, 1, piece_of);
   const json& lp = legacy["choices"][0]["logprobs"];
   EXPECT_EQ(lp["tokens"],
             json({"bytes:\\xc3", "bytes:\\xa9", "bytes:\\x20\\xe6\\x97", "bytes:\\xa5\\x21"}));
   // Offsets in characters of "é 日!": each token at the character its first byte falls in.
   EXPECT_EQ(lp["text_offset"], json({0, 0, 1, 2}));
-  EXPECT_EQ(lp["top_logprobs"][1].size(), 2u);  // two distinct keys, not two U+FFFD
+  // Two alternatives and the chosen token: three distinct keys, not U+FFFD for each.
+  EXPECT_EQ(lp["top_logprobs"][1].size(), 3u);
+}
+
+// Offsets index the text the server streams: a special token it leaves out takes no room, a byte
+// that is no character's is one U+FFFD, as the server decodes it. And the legacy top_logprobs hold
+// the chosen token beside the alternatives (OpenAI: up to logprobs + 1).
+TEST(OpenAIResponse, TextOffsetsFollowTheStreamedText) {
+  const std::map<uint32_t, TokenPiece> vocab = {
+      {1, {"a", true}}, {2, {"<|im_end|>", false}}, {3, {"\x93", true}}, {4, {"bc", true}}};
+  auto piece_of = [&](uint32_t id) { return vocab.at(id); };
+  std::vector<ChoiceResult> choices(1);
+  v1::GenerateResponse m = Message(
+      "a\xEF\xBF\xBD"
+      "bc",
+      {1, 2, 3, 4}, v1::FINISH_REASON_STOP, 1, 4);
+  for (int i = 0; i < 4; ++i) m.mutable_logprobs(i)->clear_top();
+  choices[0].Add(m, true);
+  const json legacy = CompletionJson(Meta(Endpoint::kCompletions, 0), choices, 1, piece_of);
+  const json& lp = legacy["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["text_offset"], json({0, 1, 1, 2}));
+  EXPECT_EQ(lp["tokens"], json({"a", "<|im_end|>", "bytes:\\x93", "bc"}));
+  ASSERT_EQ(lp["top_logprobs"].size(), 4u);
+  EXPECT_EQ(lp["top_logprobs"][0], json({{"a", -0.5}}));
+  TextOffsets offsets;  // a character split over tokens starts where its first byte is
+  EXPECT_EQ(offsets.Add({"x\xE6", true}), 0);
+  EXPECT_EQ(offsets.Add({"\x97", true}), 1);
+  EXPECT_EQ(offsets.Add({"\xA5y", true}), 1);
+  EXPECT_EQ(offsets.Add({"z", true}), 3);
 }
 
 TEST(OpenAIResponse, ChatChunks) {
@@ -159,13 +187,13 @@ TEST(OpenAIResponse, ChatChunks) {
   EXPECT_EQ(role["choices"][0]["index"], 1);
   EXPECT_EQ(role["choices"][0]["delta"], json({{"role", "assistant"}, {"content", ""}}));
   EXPECT_TRUE(role["usage"].is_null());
-  int64_t offset = 0;
-  auto delta = DeltaChunk(meta, 0, Message("Hel", {1}), FakeBytes, &offset);
+  TextOffsets offsets;
+  auto delta = DeltaChunk(meta, 0, Message("Hel", {1}), FakePiece, &offsets);
   ASSERT_TRUE(delta.has_value());
   EXPECT_EQ((*delta)["choices"][0]["delta"], json({{"content", "Hel"}}));
   EXPECT_TRUE((*delta)["choices"][0]["finish_reason"].is_null());
   // Nothing to say (a held-back partial character, a skipped special token): no chunk.
-  EXPECT_FALSE(DeltaChunk(meta, 0, Message("", {1}), FakeBytes, &offset).has_value());
+  EXPECT_FALSE(DeltaChunk(meta, 0, Message("", {1}), FakePiece, &offsets).has_value());
   const json finish = FinishChunk(meta, 0, v1::FINISH_REASON_LENGTH);
   EXPECT_EQ(finish["choices"][0]["delta"], json::object());
   EXPECT_EQ(finish["choices"][0]["finish_reason"], "length");
@@ -176,14 +204,15 @@ TEST(OpenAIResponse, ChatChunks) {
 
 TEST(OpenAIResponse, CompletionChunksCarryLogprobs) {
   const ResponseMeta meta = Meta(Endpoint::kCompletions, /*top_logprobs=*/0);
-  int64_t offset = 3;
-  auto delta = DeltaChunk(meta, 2, Message("", {5}), FakeBytes, &offset);
+  TextOffsets offsets;
+  EXPECT_EQ(offsets.Add({"abc", true}), 0);
+  auto delta = DeltaChunk(meta, 2, Message("", {5}), FakePiece, &offsets);
   ASSERT_TRUE(delta.has_value());  // empty text, but its token's logprob is news
   EXPECT_EQ((*delta)["object"], "text_completion");
   EXPECT_EQ((*delta)["choices"][0]["index"], 2);
   EXPECT_EQ((*delta)["choices"][0]["text"], "");
   EXPECT_EQ((*delta)["choices"][0]["logprobs"]["text_offset"], json({3}));
-  EXPECT_EQ(offset, 5);
+  EXPECT_EQ(offsets.Add({"x", true}), 5);
   EXPECT_FALSE((*delta).contains("usage"));
   EXPECT_EQ(FinishChunk(meta, 2, v1::FINISH_REASON_STOP)["choices"][0]["text"], "");
 }
