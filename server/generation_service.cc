@@ -379,6 +379,14 @@ grpc::ServerUnaryReactor* GenerationService::Detokenize(grpc::CallbackServerCont
   text += detok.Finish().text;  // incomplete UTF-8 at the end becomes U+FFFD
   response->set_text(text);
   response->set_raw(backend_->tokenizer->Decode(ids));
+  if (request->each_token()) {
+    for (int32_t id : ids) {
+      v1::DetokenizedToken* t = response->add_tokens();
+      const int32_t one[1] = {id};
+      t->set_raw(backend_->tokenizer->Decode(one));
+      t->set_special(backend_->tokenizer->IsSpecial(id));
+    }
+  }
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -139,13 +139,9 @@ absl::StatusOr<v1::ModelInfo> BackendClient::GetModelInfo(const std::string& aut
 }
 
 absl::StatusOr<v1::DetokenizeResponse> BackendClient::Detokenize(
-    const std::vector<uint32_t>& token_ids, bool skip_special_tokens,
-    const std::string& authorization) {
+    const v1::DetokenizeRequest& request, const std::string& authorization) {
   grpc::ClientContext ctx;
   Prepare(&ctx, authorization, kUnaryDeadline);
-  v1::DetokenizeRequest request;
-  for (uint32_t id : token_ids) request.add_token_ids(id);
-  request.set_skip_special_tokens(skip_special_tokens);
   v1::DetokenizeResponse response;
   if (absl::Status s = ToAbsl(stub_->Detokenize(&ctx, request, &response)); !s.ok()) return s;
   return response;

@@ -65,8 +65,7 @@ class BackendClient {
                                          const std::string& authorization, int choice,
                                          std::shared_ptr<EventQueue> events);
   absl::StatusOr<v1::ModelInfo> GetModelInfo(const std::string& authorization);
-  absl::StatusOr<v1::DetokenizeResponse> Detokenize(const std::vector<uint32_t>& token_ids,
-                                                    bool skip_special_tokens,
+  absl::StatusOr<v1::DetokenizeResponse> Detokenize(const v1::DetokenizeRequest& request,
                                                     const std::string& authorization);
   // grpc.health.v1 Check of the whole server: true when SERVING.
   absl::StatusOr<bool> Serving();

@@ -90,6 +90,8 @@ class Session {
   // failed. False if the client went away or the gateway is stopping (the streams are cancelled).
   bool Await(const ClientWatch& watch, bool whole);
   json Body() const;
+  // Fetches the token pieces `tokens` (and their shown alternatives) need, in one call.
+  void Prefetch(const google::protobuf::RepeatedPtrField<v1::TokenLogprob>& tokens) const;
   // httplib's chunked content provider: writes what arrived, polls the client when nothing did.
   bool Pump(httplib::DataSink& sink);
   void Log(int http_status, const std::string& note);
@@ -189,13 +191,32 @@ std::vector<ChoiceResult> Session::Results() const {
   return out;
 }
 
+void Session::Prefetch(const google::protobuf::RepeatedPtrField<v1::TokenLogprob>& tokens) const {
+  if (meta_.top_logprobs < 0 || tokens.empty()) return;
+  std::vector<uint32_t> ids;
+  for (const v1::TokenLogprob& t : tokens) {
+    ids.push_back(t.token_id());
+    for (int k = 0; k < t.top_size() && k < meta_.top_logprobs; ++k) {
+      ids.push_back(t.top(k).token_id());
+    }
+  }
+  g_.token_bytes->Prefetch(meta_.model, ids, authorization_);
+}
+
 json Session::Body() const {
-  return CompletionJson(meta_, Results(), request_.n, [this](uint32_t id) { return PieceOf(id); });
+  const std::vector<ChoiceResult> results = Results();
+  for (const ChoiceResult& r : results) {
+    google::protobuf::RepeatedPtrField<v1::TokenLogprob> tokens(r.logprobs.begin(),
+                                                                r.logprobs.end());
+    Prefetch(tokens);
+  }
+  return CompletionJson(meta_, results, request_.n, [this](uint32_t id) { return PieceOf(id); });
 }
 
 void Session::Render(const StreamEvent& e, std::string* out) {
   if (e.end) return;  // a good end was announced by its last message's finish reason
   Choice& c = choices_[e.choice];
+  Prefetch(e.message.logprobs());
   auto piece_of = [this](uint32_t id) { return PieceOf(id); };
   if (auto chunk = DeltaChunk(meta_, e.choice, e.message, piece_of, &c.offsets)) {
     *out += SseData(*chunk);

@@ -1,29 +1,66 @@
 #include "server/gateway/token_bytes.h"
 
+#include <algorithm>
+
 namespace kimi::gateway {
+
+// Caller holds mu_.
+void TokenBytes::UseModel(const std::string& model) {
+  if (model == model_) return;
+  pieces_.clear();
+  model_ = model;
+}
 
 TokenPiece TokenBytes::Get(const std::string& model, uint32_t id,
                            const std::string& authorization) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (model != model_) {
-      pieces_.clear();
-      model_ = model;
-    }
+    UseModel(model);
     auto it = pieces_.find(id);
     if (it != pieces_.end()) return it->second;
   }
-  auto detok = backend_->Detokenize({id}, /*skip_special_tokens=*/true, authorization);
+  v1::DetokenizeRequest request;
+  request.add_token_ids(id);
+  request.set_skip_special_tokens(true);
+  request.set_each_token(true);
+  auto detok = backend_->Detokenize(request, authorization);
   if (!detok.ok()) return {};
-  // With special tokens skipped a token's text is empty only when text leaves it out (a partial
-  // character is U+FFFD). A server from before `raw` sends only the text; one from before
-  // skip_special_tokens sends every token's text.
   TokenPiece piece;
-  piece.in_text = !detok->text().empty();
-  piece.bytes = detok->raw().empty() ? detok->text() : detok->raw();
+  if (detok->tokens_size() == 1) {
+    piece = {detok->tokens(0).raw(), !detok->tokens(0).special()};
+  } else {
+    // A server from before each_token. With special tokens skipped a token's text is empty only
+    // when text leaves it out (a partial character is U+FFFD); one from before
+    // skip_special_tokens sends every token's text, one from before `raw` only the text.
+    piece.in_text = !detok->text().empty();
+    piece.bytes = detok->raw().empty() ? detok->text() : detok->raw();
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (model == model_) pieces_.emplace(id, piece);
   return piece;
+}
+
+void TokenBytes::Prefetch(const std::string& model, const std::vector<uint32_t>& ids,
+                          const std::string& authorization) {
+  v1::DetokenizeRequest request;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    UseModel(model);
+    for (uint32_t id : ids) {
+      if (pieces_.count(id) == 0) request.add_token_ids(id);
+    }
+  }
+  if (request.token_ids_size() == 0) return;
+  request.set_each_token(true);
+  auto detok = backend_->Detokenize(request, authorization);
+  // An error, or a server without each_token: Get asks id by id.
+  if (!detok.ok() || detok->tokens_size() != request.token_ids_size()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (model != model_) return;
+  for (int i = 0; i < request.token_ids_size(); ++i) {
+    pieces_.emplace(request.token_ids(i),
+                    TokenPiece{detok->tokens(i).raw(), !detok->tokens(i).special()});
+  }
 }
 
 }  // namespace kimi::gateway

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "server/gateway/backend_client.h"
 #include "server/gateway/openai_response.h"
@@ -20,8 +21,15 @@ class TokenBytes {
   // Token `id` under `model` (a new model name empties the cache); empty bytes if the backend
   // cannot say.
   TokenPiece Get(const std::string& model, uint32_t id, const std::string& authorization);
+  // Asks the backend once for every id not cached yet (a message's token and its alternatives:
+  // one call instead of one per id). A fresh gateway, k3-tiny, 400 tokens at top_logprobs 20:
+  // 1.36-1.77 s asking id by id, 0.23-0.28 s now (0.14-0.21 s without logprobs).
+  void Prefetch(const std::string& model, const std::vector<uint32_t>& ids,
+                const std::string& authorization);
 
  private:
+  void UseModel(const std::string& model);
+
   BackendClient* backend_;
   std::mutex mu_;
   std::string model_;
