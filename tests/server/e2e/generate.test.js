@@ -58,6 +58,13 @@ function readLogits(file) {
       assert.ok(shown.text.endsWith('[EOS]'), shown.text);
       assert.strictEqual(skipped.text, shown.text.slice(0, -'[EOS]'.length));
       assert.ok(Buffer.from(skipped.raw).equals(Buffer.from(shown.raw)));
+      // each_token: every id's own bytes and whether generated text leaves it out.
+      const each = (await h.unary(c, 'Detokenize', { token_ids: eos, each_token: true })).res;
+      assert.strictEqual(each.tokens.length, 2);
+      const first = (await h.unary(c, 'Detokenize', { token_ids: [eos[0]] })).res;
+      assert.ok(Buffer.from(each.tokens[0].raw).equals(Buffer.from(first.raw)));
+      assert.strictEqual(Buffer.from(each.tokens[1].raw).toString(), '[EOS]');
+      assert.deepStrictEqual(each.tokens.map((x) => x.special), [false, true]);
     }],
     ['greedy streaming equals the engine argmax, token by token', async () => {
       const prompt = 'The quick brown fox';
