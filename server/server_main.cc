@@ -1,18 +1,18 @@
 // kimi-server: loads a checkpoint and serves kimi.v1.Generation over gRPC, with health, reflection
 // and Prometheus metrics. Start-up order: listen first (health NOT_SERVING, requests UNAVAILABLE),
 // load the model, run a warm-up step, then report SERVING. SIGTERM/SIGINT drain and exit 0.
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
-#include <signal.h>
-#include <spdlog/spdlog.h>
-
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
+#include <mutex>
+#include <new>
+#include <system_error>
 #include <thread>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -21,36 +21,31 @@
 #include "engine/distributed.h"
 #include "kernels/cpu/cpu_budget.h"
 #include "kernels/cpu/thread_pool.h"
+#include <signal.h>
 #ifdef KIMI_HAVE_CUDA
 #include "engine/cuda/cuda_step_runner.h"
 #endif
 #include "server/backend.h"
 #include "server/generation_service.h"
 #include "server/text_stream.h"
+#include "server/tls.h"
 
 namespace kimi::server {
 namespace {
 
-absl::StatusOr<std::string> ReadFile(const std::string& path, const char* key) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(key, ": cannot open ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
+// The server's credentials. The TLS files are checked here, before gRPC sees them: gRPC reports
+// a bad certificate or key only as a failure to listen ("address in use or invalid").
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const ServerConfig& c) {
   if (c.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
+  auto tls = ReadTlsFiles(c);
+  if (!tls.ok()) return tls.status();
+  std::vector<std::string> warnings;
+  if (absl::Status s = CheckTlsMaterial(*tls, &warnings); !s.ok()) return s;
+  for (const std::string& w : warnings) spdlog::warn("{}", w);
   grpc::SslServerCredentialsOptions opts;
-  auto cert = ReadFile(c.tls_cert_file, "tls.cert_file");
-  if (!cert.ok()) return cert.status();
-  auto key = ReadFile(c.tls_key_file, "tls.key_file");
-  if (!key.ok()) return key.status();
-  opts.pem_key_cert_pairs.push_back({*key, *cert});
-  if (!c.tls_client_ca_file.empty()) {
-    auto ca = ReadFile(c.tls_client_ca_file, "tls.client_ca_file");
-    if (!ca.ok()) return ca.status();
-    opts.pem_root_certs = *ca;
+  opts.pem_key_cert_pairs.push_back({tls->private_key, tls->cert_chain});
+  if (!tls->client_ca.empty()) {
+    opts.pem_root_certs = tls->client_ca;
     opts.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   return grpc::SslServerCredentials(opts);

@@ -1,11 +1,17 @@
 #include "server/config.h"
 
+#include <climits>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "absl/cleanup/cleanup.h"
 #include "gtest/gtest.h"
+#include "server/tls.h"
 #include <unistd.h>
 
 namespace kimi::server {
@@ -97,6 +103,108 @@ TEST(Config, ValidationNamesTheKey) {
   x = c;
   x.model_path.clear();
   EXPECT_NE(key_of(x).find("model.path"), std::string::npos);
+}
+
+// TLS material made by openssl at test time, checked as kimi-server checks it at start-up.
+class ConfigTls : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::system("openssl version > /dev/null 2>&1") != 0) GTEST_SKIP() << "no openssl";
+    dir_ = ::testing::TempDir() + "/kimi-tls-" + std::to_string(::getpid());
+    std::filesystem::create_directories(dir_);
+    const std::string cmd =
+        "cd " + dir_ +
+        " && for n in a b; do openssl req -x509 -newkey rsa:2048 -nodes -keyout $n.key -out "
+        "$n.pem -days 2 -subj /CN=$n || exit 1; done"
+        " && openssl req -newkey rsa:2048 -nodes -keyout old.key -out old.csr -subj /CN=old"
+        " && openssl x509 -req -in old.csr -signkey old.key -days -1 -out old.pem";
+    ASSERT_EQ(std::system(("(" + cmd + ") > /dev/null 2>&1").c_str()), 0) << cmd;
+  }
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+  std::string Read(const std::string& name) {
+    std::ifstream in(dir_ + "/" + name);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  // The check's message ("" when it passes).
+  std::string Check(const TlsMaterial& tls) {
+    warnings_.clear();
+    return Message(CheckTlsMaterial(tls, &warnings_));
+  }
+  std::string dir_;
+  std::vector<std::string> warnings_;
+};
+
+TEST_F(ConfigTls, NamesTheFileAndWhatIsWrong) {
+  const TlsMaterial good{Read("a.pem"), Read("a.key"), Read("b.pem"), "a.pem", "a.key", "b.pem"};
+  EXPECT_EQ(Check(good), "");
+  EXPECT_TRUE(warnings_.empty());
+  // A chain: the server's certificate first, then others.
+  TlsMaterial m = good;
+  m.cert_chain += Read("b.pem");
+  EXPECT_EQ(Check(m), "");
+
+  m = good;
+  m.private_key = "garbage\n";
+  EXPECT_EQ(
+      Check(m),
+      "tls.key_file (a.key): no PEM private key in it (expected -----BEGIN PRIVATE KEY-----)");
+  m.private_key = Read("a.key").substr(0, 200) + "\n-----END PRIVATE KEY-----\n";
+  EXPECT_NE(Check(m).find("tls.key_file (a.key): the private key does not parse"),
+            std::string::npos)
+      << Check(m);
+  m = good;
+  m.cert_chain.clear();
+  EXPECT_EQ(
+      Check(m),
+      "tls.cert_file (a.pem): no PEM certificate in it (expected -----BEGIN CERTIFICATE-----; "
+      "the file is empty)");
+  m.cert_chain = Read("a.key");  // the files swapped
+  EXPECT_NE(Check(m).find("tls.cert_file (a.pem): no PEM certificate"), std::string::npos);
+  m.cert_chain = Read("a.pem").substr(0, 120) + "\n-----END CERTIFICATE-----\n";
+  EXPECT_NE(Check(m).find("tls.cert_file (a.pem): certificate 1 does not parse"), std::string::npos)
+      << Check(m);
+  m = good;
+  m.private_key = Read("b.key");
+  EXPECT_NE(Check(m).find("tls.key_file (a.key): does not belong to the certificate in "
+                          "tls.cert_file (a.pem)"),
+            std::string::npos)
+      << Check(m);
+  m = good;
+  m.client_ca = "garbage\n";
+  EXPECT_NE(Check(m).find("tls.client_ca_file (b.pem): no PEM certificate"), std::string::npos)
+      << Check(m);
+  m.client_ca.clear();
+  EXPECT_NE(Check(m).find("tls.client_ca_file (b.pem): no PEM certificate"), std::string::npos)
+      << Check(m);
+}
+
+TEST_F(ConfigTls, ExpiredCertificateIsAWarning) {
+  const TlsMaterial old{Read("old.pem"), Read("old.key"), "", "old.pem", "old.key", ""};
+  EXPECT_EQ(Check(old), "");
+  ASSERT_EQ(warnings_.size(), 1u);
+  EXPECT_NE(warnings_[0].find("tls.cert_file (old.pem): the server certificate expired on"),
+            std::string::npos)
+      << warnings_[0];
+}
+
+TEST_F(ConfigTls, ReadingNamesTheKey) {
+  ServerConfig c;
+  c.tls_cert_file = dir_ + "/a.pem";
+  c.tls_key_file = dir_;  // a directory
+  EXPECT_EQ(Message(ReadTlsFiles(c).status()),
+            "tls.key_file: " + dir_ + " is a directory, not a file");
+  c.tls_key_file = dir_ + "/a.key";
+  c.tls_client_ca_file = dir_ + "/missing.pem";
+  EXPECT_EQ(Message(ReadTlsFiles(c).status()),
+            "tls.client_ca_file: cannot open " + dir_ + "/missing.pem");
+  c.tls_client_ca_file = dir_ + "/b.pem";
+  auto tls = ReadTlsFiles(c);
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  EXPECT_EQ(Check(*tls), "");
 }
 
 TEST(Config, DeviceNamesCpuOrOneGpu) {

@@ -1,9 +1,10 @@
 // API keys (UNAUTHENTICATED without the right one), TLS, and mutual TLS, with certificates made by
-// openssl at test time.
+// openssl at test time; broken TLS files are refused at start-up, naming the key (exit 2).
 'use strict';
 const assert = require('assert');
 const fs = require('fs');
 const path = require('path');
+const { spawnSync } = require('child_process');
 const h = require('./harness');
 
 function makeCerts(dir) {
@@ -82,6 +83,37 @@ const bearer = (key) => {
         assert.ok(bad.error, `${name} was served`);
       }
       await server.stop();
+    }],
+    ['broken TLS files: exit 2 at start-up, naming the key and what is wrong', async () => {
+      const file = (name, text) => {
+        fs.writeFileSync(path.join(dir, name), text);
+        return path.join(dir, name);
+      };
+      const garbage = file('garbage.txt', 'not a PEM file\n');
+      const empty = file('empty.pem', '');
+      fs.mkdirSync(path.join(dir, 'a-directory'), { recursive: true });
+      const cert = path.join(dir, 'server.pem');
+      const key = path.join(dir, 'server.key');
+      const cases = [
+        ['garbage key', [cert, garbage], 'tls.key_file', 'no PEM private key'],
+        ['empty certificate', [empty, key], 'tls.cert_file', 'the file is empty'],
+        ['key of another certificate', [cert, path.join(dir, 'client.key')], 'tls.key_file',
+         'does not belong to the certificate'],
+        ['a directory as the key', [cert, path.join(dir, 'a-directory')], 'tls.key_file',
+         'is a directory'],
+        ['garbage client CA', [cert, key, garbage], 'tls.client_ca_file', 'no PEM certificate'],
+      ];
+      for (const [name, [c, k, ca], wantKey, wantWhat] of cases) {
+        const args = ['--model', h.modelDir, '--listen', '127.0.0.1:0', '--metrics-listen',
+                      '127.0.0.1:0', '--tls-cert', c, '--tls-key', k];
+        if (ca) args.push('--tls-client-ca', ca);
+        const r = spawnSync(path.join(h.build, 'bin/kimi-server'), args,
+                            { encoding: 'utf8', timeout: 30000 });
+        const out = r.stdout + r.stderr;
+        assert.strictEqual(r.status, 2, `${name}: exit ${r.status} ${r.signal}\n${out}`);
+        assert.ok(out.includes(wantKey) && out.includes(wantWhat), `${name}:\n${out}`);
+        assert.ok(!out.includes('cannot listen'), `${name}:\n${out}`);
+      }
     }],
   ]);
 })().catch((e) => { console.error(e); process.exit(1); });
