@@ -3,7 +3,9 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 #include <variant>
 
@@ -198,8 +200,16 @@ absl::Status ApplyYaml(const std::string& yaml_text, const std::string& source,
   }
   if (root.IsNull()) return absl::OkStatus();
   if (!root.IsMap()) return absl::InvalidArgumentError(source + ": expected a mapping of sections");
+  // yaml-cpp keeps every entry of a mapping, a key given twice included, and the loop below would
+  // let the last one win without a word: a duplicated key (or section) is most likely an edit
+  // that went wrong, so it is refused, named.
+  std::set<std::string> seen;
+  auto twice = [&](const std::string& key) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", key, ": given twice"));
+  };
   for (const auto& section : root) {
     const std::string name = section.first.as<std::string>("");
+    if (!seen.insert(name).second) return twice(name);
     // "server:" with nothing under it sets nothing.
     if (section.second.IsNull() && IsSection(name)) continue;
     if (!section.second.IsMap()) {
@@ -211,6 +221,7 @@ absl::Status ApplyYaml(const std::string& yaml_text, const std::string& source,
     }
     for (const auto& kv : section.second) {
       const std::string key = absl::StrCat(name, ".", kv.first.as<std::string>(""));
+      if (!seen.insert(key).second) return twice(key);
       const Setting* s = FindKey(key);
       if (!s) {
         return absl::InvalidArgumentError(
@@ -293,6 +304,49 @@ absl::Status Validate(const ServerConfig& c) {
     return bad("model.activation_dtype",
                absl::StrCat("\"", c.activation_dtype, "\": expected fp32 or bf16"));
   }
+  // Every number has an upper bound too, chosen so that nothing downstream overflows or asks
+  // for the impossible: a value that passes here must start the server or fail cleanly. MiB
+  // sizes are multiplied by 2^20 into int64 bytes (2^30 MiB, 1 PiB, leaves 2^13 of headroom);
+  // timeouts become steady_clock deadlines in nanoseconds; gRPC takes the message limit as an
+  // int; threads are started at once; token counts size per-step buffers (AttnRes cache bytes =
+  // token_budget x bytes per token) and cross 32-bit request fields; tp/ep/pp multiply into an int
+  // world size.
+  struct Range {
+    const char* key;
+    int64_t value, lo, hi;
+    const char* why = "";
+  };
+  constexpr int64_t kMaxMib = int64_t{1} << 30;
+  constexpr int64_t kMaxTokens = int64_t{1} << 24;
+  constexpr int64_t kMaxSeconds = 86400;
+  const Range ranges[] = {
+      {"model.threads", c.threads, 0, 1024},
+      {"model.max_context", c.max_context, 0, kMaxTokens},
+      {"server.max_request_bytes", c.max_request_bytes, 1024, std::numeric_limits<int>::max()},
+      {"parallel.tp", c.tp, 1, 1024},
+      {"parallel.ep", c.ep, 1, 1024},
+      {"parallel.pp", c.pp, 1, 1024},
+      {"parallel.collective_timeout_seconds", c.collective_timeout_seconds, 1, kMaxSeconds},
+      {"parallel.max_replicated_experts", c.max_replicated_experts, 0, 1 << 16},
+      {"memory.kda_state_mib", c.kda_state_mib, 1, kMaxMib},
+      {"memory.kv_cache_mib", c.kv_cache_mib, 1, kMaxMib},
+      {"memory.prefix_cache_mib", c.prefix_cache_mib, 0, kMaxMib},
+      {"batching.max_running", c.max_running, 1, 1 << 20},
+      {"batching.token_budget", c.token_budget, 64, 1 << 20, " (at least one KDA chunk)"},
+      {"batching.max_waiting", c.max_waiting, 1, 1 << 20},
+      {"batching.page_size", c.page_size, 1, 1024},
+      {"batching.prefix_interval", c.prefix_interval, 0, kMaxTokens},
+      {"limits.max_tokens", c.max_tokens, 1, kMaxTokens},
+      {"limits.max_stop_strings", c.max_stop_strings, 0, 1024},
+      {"limits.max_stop_string_bytes", c.max_stop_string_bytes, 1, 1 << 20},
+      {"limits.max_logprobs", c.max_logprobs, 0, 1024},
+  };
+  for (const Range& r : ranges) {
+    if (r.value < r.lo || r.value > r.hi) {
+      return bad(r.key,
+                 absl::StrCat("must be in [", r.lo, ", ", r.hi, "]", r.why, ", got ", r.value));
+    }
+  }
   if (c.device != "cpu") {
     if (CudaOrdinal(c.device) < 0) {
       return bad("model.device", absl::StrCat("\"", c.device, "\": expected cpu, cuda or cuda:N"));
@@ -304,28 +358,13 @@ absl::Status Validate(const ServerConfig& c) {
       return bad("model.device", "cuda serves one GPU in one process (parallel.tp/ep/pp must be 1)");
     }
   }
-  if (c.threads < 0) return bad("model.threads", "must be >= 0");
-  if (c.max_context < 0) return bad("model.max_context", "must be >= 0");
   if (!ValidAddress(c.listen)) return bad("server.listen", "expected host:port");
   if (!ValidAddress(c.metrics_listen)) return bad("server.metrics_listen", "expected host:port");
-  if (c.max_request_bytes < 1024) return bad("server.max_request_bytes", "must be >= 1024");
-  if (c.drain_timeout_seconds < 0) return bad("server.drain_timeout_seconds", "must be >= 0");
-  for (auto [key, v] : {std::pair{"parallel.tp", c.tp}, {"parallel.ep", c.ep},
-                        {"parallel.pp", c.pp}}) {
-    if (v < 1) return bad(key, "must be >= 1");
+  if (c.drain_timeout_seconds < 0 || c.drain_timeout_seconds > kMaxSeconds) {
+    return bad("server.drain_timeout_seconds",
+               absl::StrCat("must be in [0, ", kMaxSeconds, "], got ", c.drain_timeout_seconds));
   }
   if (c.replicate_threshold < 0) return bad("parallel.replicate_threshold", "must be >= 0");
-  if (c.max_replicated_experts < 0) return bad("parallel.max_replicated_experts", "must be >= 0");
-  if (c.collective_timeout_seconds < 1) {
-    return bad("parallel.collective_timeout_seconds", "must be >= 1");
-  }
-  if (c.kda_state_mib < 1) return bad("memory.kda_state_mib", "must be >= 1");
-  if (c.kv_cache_mib < 1) return bad("memory.kv_cache_mib", "must be >= 1");
-  if (c.prefix_cache_mib < 0) return bad("memory.prefix_cache_mib", "must be >= 0");
-  if (c.max_running < 1) return bad("batching.max_running", "must be >= 1");
-  if (c.token_budget < 64) return bad("batching.token_budget", "must be >= 64 (one KDA chunk)");
-  if (c.max_waiting < 1) return bad("batching.max_waiting", "must be >= 1");
-  if (c.page_size < 1 || c.page_size > 1024) return bad("batching.page_size", "must be in [1, 1024]");
   if (c.prefix_interval < 0 || c.prefix_interval % 64 != 0 ||
       (c.prefix_interval > 0 && c.prefix_interval % c.page_size != 0)) {
     return bad("batching.prefix_interval",
@@ -334,10 +373,6 @@ absl::Status Validate(const ServerConfig& c) {
   if (c.preemption != "swap" && c.preemption != "recompute") {
     return bad("batching.preemption", "must be swap or recompute");
   }
-  if (c.max_tokens < 1) return bad("limits.max_tokens", "must be >= 1");
-  if (c.max_stop_strings < 0) return bad("limits.max_stop_strings", "must be >= 0");
-  if (c.max_stop_string_bytes < 1) return bad("limits.max_stop_string_bytes", "must be >= 1");
-  if (c.max_logprobs < 0) return bad("limits.max_logprobs", "must be >= 0");
   if (c.tls_cert_file.empty() != c.tls_key_file.empty()) {
     return bad("tls", "cert_file and key_file go together");
   }

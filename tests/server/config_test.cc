@@ -105,6 +105,77 @@ TEST(Config, ValidationNamesTheKey) {
   EXPECT_NE(key_of(x).find("model.path"), std::string::npos);
 }
 
+// Values that once passed validation and then crashed or wrapped downstream: --threads 100000
+// (std::system_error), a max_request_bytes beyond an int (gRPC took 4294968320 as 1024), a drain
+// timeout whose milliseconds overflowed, MiB sizes whose bytes overflowed (1 page, 1 slot), a
+// token budget whose AttnRes cache size went negative.
+TEST(Config, EveryNumberHasAnUpperBound) {
+  ServerConfig c;
+  c.model_path = "/m";
+  constexpr int64_t kMax = INT64_MAX;
+  const std::vector<std::pair<const char*, std::function<void(ServerConfig&)>>> too_big = {
+      {"model.threads", [](ServerConfig& x) { x.threads = 100000; }},
+      {"model.max_context", [](ServerConfig& x) { x.max_context = kMax; }},
+      {"server.max_request_bytes", [](ServerConfig& x) { x.max_request_bytes = 4294968320; }},
+      {"server.max_request_bytes", [](ServerConfig& x) { x.max_request_bytes = 3000000000; }},
+      {"server.drain_timeout_seconds", [](ServerConfig& x) { x.drain_timeout_seconds = 1e10; }},
+      {"parallel.tp", [](ServerConfig& x) { x.tp = kMax; }},
+      {"parallel.ep", [](ServerConfig& x) { x.ep = int64_t{1} << 40; }},
+      {"parallel.pp", [](ServerConfig& x) { x.pp = 100000; }},
+      {"parallel.collective_timeout_seconds",
+       [](ServerConfig& x) { x.collective_timeout_seconds = kMax; }},
+      {"parallel.max_replicated_experts", [](ServerConfig& x) { x.max_replicated_experts = kMax; }},
+      {"memory.kda_state_mib", [](ServerConfig& x) { x.kda_state_mib = kMax; }},
+      {"memory.kv_cache_mib", [](ServerConfig& x) { x.kv_cache_mib = kMax; }},
+      {"memory.prefix_cache_mib", [](ServerConfig& x) { x.prefix_cache_mib = kMax; }},
+      {"batching.max_running", [](ServerConfig& x) { x.max_running = kMax; }},
+      {"batching.token_budget", [](ServerConfig& x) { x.token_budget = kMax; }},
+      {"batching.max_waiting", [](ServerConfig& x) { x.max_waiting = kMax; }},
+      {"batching.prefix_interval", [](ServerConfig& x) { x.prefix_interval = int64_t{1} << 40; }},
+      {"limits.max_tokens", [](ServerConfig& x) { x.max_tokens = int64_t{1} << 32; }},
+      {"limits.max_stop_strings", [](ServerConfig& x) { x.max_stop_strings = kMax; }},
+      {"limits.max_stop_string_bytes", [](ServerConfig& x) { x.max_stop_string_bytes = kMax; }},
+      {"limits.max_logprobs", [](ServerConfig& x) { x.max_logprobs = int64_t{1} << 32; }},
+  };
+  for (const auto& [key, set] : too_big) {
+    ServerConfig x = c;
+    set(x);
+    const std::string m = Message(Validate(x));
+    EXPECT_EQ(m.rfind(std::string(key) + ": must be in [", 0), 0u) << key << ": " << m;
+  }
+  // The bounds themselves are accepted.
+  ServerConfig x = c;
+  x.threads = 1024;
+  x.max_request_bytes = INT_MAX;
+  x.drain_timeout_seconds = 86400;
+  x.kda_state_mib = x.kv_cache_mib = x.prefix_cache_mib = int64_t{1} << 30;
+  x.token_budget = x.max_running = x.max_waiting = int64_t{1} << 20;
+  EXPECT_TRUE(Validate(x).ok()) << Validate(x);
+  EXPECT_EQ(Message(Validate([&] {
+              ServerConfig y = c;
+              y.threads = 1025;
+              return y;
+            }())),
+            "model.threads: must be in [0, 1024], got 1025");
+}
+
+// yaml-cpp keeps both entries of a key given twice; the last silently won.
+TEST(Config, KeysGivenTwiceAreRefused) {
+  ServerConfig c;
+  absl::Status s = ApplyYaml("batching: {max_running: 4, max_running: 7}\n", "c.yaml", &c);
+  EXPECT_EQ(Message(s), "c.yaml: batching.max_running: given twice");
+  s = ApplyYaml("batching:\n  max_running: 4\n  token_budget: 128\n  max_running: 7\n", "c.yaml",
+                &c);
+  EXPECT_EQ(Message(s), "c.yaml: batching.max_running: given twice");
+  s = ApplyYaml(
+      "batching:\n  max_running: 4\nserver:\n  listen: 127.0.0.1:1\nbatching:\n"
+      "  token_budget: 128\n",
+      "c.yaml", &c);
+  EXPECT_EQ(Message(s), "c.yaml: batching: given twice");
+  // The same key in two sections is two keys.
+  EXPECT_TRUE(ApplyYaml("model:\n  path: /m\nauth:\n  api_keys_file: \"\"\n", "c.yaml", &c).ok());
+}
+
 // TLS material made by openssl at test time, checked as kimi-server checks it at start-up.
 class ConfigTls : public ::testing::Test {
  protected:
