@@ -70,11 +70,16 @@ void EngineLoop::Shutdown(std::chrono::milliseconds drain) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     draining_ = true;
-    drain_deadline_ = Clock::now() + drain;
+    // A later call (the server's second signal) may shorten the drain, never lengthen it.
+    const Clock::time_point deadline = Clock::now() + drain;
+    if (!stop_ || deadline < drain_deadline_) drain_deadline_ = deadline;
     stop_ = true;
   }
   wake_.notify_one();
-  if (thread_.joinable()) thread_.join();
+  // Every caller returns once the thread has ended; only one joins it.
+  std::call_once(joined_, [this] {
+    if (thread_.joinable()) thread_.join();
+  });
 }
 
 // Moves submitted requests and cancels into the scheduler (engine thread, lock held by caller).

@@ -85,7 +85,8 @@ class EngineLoop {
                       std::shared_ptr<RequestSink> sink);
   void Cancel(const std::string& id, const std::string& reason = "cancelled by client");
   // Stops admitting, lets running requests finish for up to `drain`, then ends the rest as
-  // cancelled and joins the thread.
+  // cancelled and joins the thread. Another thread may call it again meanwhile with a shorter
+  // `drain` (a second signal: 0 ends the drain now); each call returns once the thread ended.
   void Shutdown(std::chrono::milliseconds drain);
   // Runs one step synchronously (no thread): for tests and benchmarks.
   bool RunOnce();
@@ -125,6 +126,7 @@ class EngineLoop {
   Clock::time_point drain_deadline_;
   SchedulerStats stats_;
   std::thread thread_;
+  std::once_flag joined_;
 };
 
 }  // namespace kimi::sched

@@ -411,7 +411,9 @@ std::string HelpText() {
   }
   absl::StrAppend(&out,
                   "\nSignals: SIGTERM/SIGINT stop accepting, report NOT_SERVING, let running "
-                  "streams finish\nfor server.drain_timeout_seconds, then exit 0.\n");
+                  "streams finish\nfor server.drain_timeout_seconds, then exit 0. A second "
+                  "signal cancels the streams\nstill running at once; a signal before SERVING "
+                  "stops at once (exit 0).\n");
   return out;
 }
 

@@ -1,6 +1,7 @@
 // kimi-server: loads a checkpoint and serves kimi.v1.Generation over gRPC, with health, reflection
 // and Prometheus metrics. Start-up order: listen first (health NOT_SERVING, requests UNAVAILABLE),
-// load the model, run a warm-up step, then report SERVING. SIGTERM/SIGINT drain and exit 0.
+// load the model, run a warm-up step, then report SERVING. SIGTERM/SIGINT drain and exit 0; a
+// second one cuts the drain short, and one before SERVING ends the process at once.
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -85,6 +86,16 @@ sched::SchedulerConfig Pools(const ServerConfig& c, const Model& model) {
   s.preempt = c.preemption == "recompute" ? sched::PreemptPolicy(sched::Recompute{})
                                           : sched::PreemptPolicy(sched::SwapToHost{});
   return s;
+}
+
+// The start-up error when the state pools cannot be allocated, naming the settings that size them.
+std::string PoolsTooLarge(const ServerConfig& c, const sched::SchedulerConfig& pools) {
+  return absl::StrCat("cannot allocate the state pools (", pools.max_running,
+                      " KDA state slots from memory.kda_state_mib ", c.kda_state_mib, ", ",
+                      pools.num_pages, " KV pages of ", pools.page_size,
+                      " tokens from memory.kv_cache_mib ", c.kv_cache_mib,
+                      ", an AttnRes cache for batching.token_budget ", c.token_budget,
+                      " tokens): out of memory; lower these settings");
 }
 
 // One request through the whole path before reporting SERVING.
@@ -220,10 +231,40 @@ int Follow(const ServerConfig& c, Cluster& cl) {
   d.page_size = pools.page_size;
   d.follower_patience = std::chrono::seconds(c.collective_timeout_seconds);
   d.engine = EngineOptionsOf(c);
-  const absl::Status s = FollowerLoop(**model, cl.comms(), d);
+  absl::Status s;
+  try {  // the follower allocates its pools here (as rank 0 does in EngineLoop)
+    s = FollowerLoop(**model, cl.comms(), d);
+  } catch (const std::bad_alloc&) {
+    s = absl::ResourceExhaustedError(
+        absl::StrCat("rank ", cl.rank(), ": ", PoolsTooLarge(c, pools)));
+  } catch (const std::length_error&) {
+    s = absl::ResourceExhaustedError(
+        absl::StrCat("rank ", cl.rank(), ": ", PoolsTooLarge(c, pools)));
+  }
   if (!s.ok()) MpiCommunicator::Abort(std::string(s.message()));
   spdlog::info("rank {}: stopped", cl.rank());
   return 0;
+}
+
+constexpr timespec kSignalPoll{0, 50'000'000};
+
+// Lets running streams finish for up to `drain`, then ends the rest as cancelled. A second
+// SIGTERM/SIGINT ends them at once, as kimi-gateway's does: the operator who sends it does not
+// want to wait out server.drain_timeout_seconds.
+void Drain(sched::EngineLoop& loop, const sigset_t& signals, std::chrono::milliseconds drain) {
+  std::atomic<bool> drained{false};
+  std::thread drainer([&] {
+    loop.Shutdown(drain);
+    drained = true;
+  });
+  while (!drained.load()) {
+    if (const int sig = sigtimedwait(&signals, nullptr, &kSignalPoll); sig > 0) {
+      spdlog::info("{} again: cancelling the streams still running", strsignal(sig));
+      loop.Shutdown(std::chrono::milliseconds(0));  // shortens the drain; returns once it ended
+      break;
+    }
+  }
+  drainer.join();
 }
 
 int Run(int argc, char** argv) {
@@ -293,6 +334,19 @@ int Run(int argc, char** argv) {
     if (MpiCommunicator::LaunchedWithMpi()) MpiCommunicator::Abort(std::string(cluster.status().message()));
     return 2;
   }
+  // The engine's threads start here, before the load, all at once: a count the system refuses
+  // is a setting to change (std::system_error escaping the load aborted the process).
+  try {
+    cpu::ThreadPool::Global();
+  } catch (const std::system_error& e) {
+    const std::string message = absl::StrCat(
+        "model.threads: cannot start ",
+        c.threads > 0 ? absl::StrCat(c.threads) : "the default number of", " engine threads (",
+        e.what(), "); lower model.threads (0: one per usable CPU)");
+    spdlog::error("{}", message);
+    if (cluster->world) MpiCommunicator::Abort(message);
+    return 2;
+  }
   if (cluster->rank() != 0) return Follow(c, *cluster);
 
   auto keys = ApiKeys::Load(c.api_keys_file);
@@ -342,8 +396,11 @@ int Run(int argc, char** argv) {
                                        : (c.tls_client_ca_file.empty() ? "TLS" : "mutual TLS"),
                mhost, b.metrics->port(), c.model_path);
 
-  // Load in the background so health and signals answer meanwhile.
+  // Load in the background so health and signals answer meanwhile. `load_result`: -1 while
+  // loading, 0 serving, else the exit code of a failed start (2: a setting to change).
   std::atomic<int> load_result{-1};
+  std::mutex phase_mu;
+  bool stopping = false;  // a signal came (guarded by phase_mu)
   std::thread loader([&] {
     const auto t0 = std::chrono::steady_clock::now();
     // Test hook: stretch the loading window so tests can see UNAVAILABLE and NOT_SERVING.
@@ -424,7 +481,20 @@ int Run(int argc, char** argv) {
       spdlog::info("engine on {}", c.device);
     }
 #endif
-    b.loop = std::make_unique<sched::EngineLoop>(*b.model, std::move(lc), std::move(runner));
+    // The pools are allocated here, all at once: a size the machine cannot give is a setting to
+    // change, not a crash (std::bad_alloc escaping this thread aborted the process).
+    const sched::SchedulerConfig pools = lc.scheduler;
+    try {
+      b.loop = std::make_unique<sched::EngineLoop>(*b.model, std::move(lc), std::move(runner));
+    } catch (const std::bad_alloc&) {
+      spdlog::error("{}", PoolsTooLarge(c, pools));
+      load_result = 2;
+      return;
+    } catch (const std::length_error&) {
+      spdlog::error("{}", PoolsTooLarge(c, pools));
+      load_result = 2;
+      return;
+    }
     b.metrics->SetPools(b.loop->Stats());
     const sched::SchedulerStats st = b.loop->Stats();
     spdlog::info("pools: {} KDA state slots ({} B each), {} KV pages of {} tokens, AttnRes cache "
@@ -437,6 +507,9 @@ int Run(int argc, char** argv) {
       load_result = 1;
       return;
     }
+    // SERVING only if no signal came first (the main thread holds `phase_mu` while it decides).
+    std::lock_guard<std::mutex> lock(phase_mu);
+    if (stopping) return;
     b.ready = true;
     health->SetServingStatus(true);
     spdlog::info("SERVING {} after {:.1f}s", c.model_name,
@@ -445,24 +518,40 @@ int Run(int argc, char** argv) {
   });
 
   // Wait for a signal, or for a failed load.
-  std::thread failure_watch([&] {
-    while (load_result.load() == -1) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (load_result.load() == 1) kill(getpid(), SIGTERM);
-  });
   int sig = 0;
-  sigwait(&signals, &sig);
+  while (sig <= 0 && load_result.load() <= 0) sig = sigtimedwait(&signals, nullptr, &kSignalPoll);
+  if (sig > 0) {
+    std::lock_guard<std::mutex> lock(phase_mu);
+    stopping = true;
+    if (load_result.load() == -1) {
+      // A signal during start-up. Loading cannot be interrupted (Model::Load reads and packs the
+      // whole checkpoint in one call), and waiting for it and the warm-up took minutes with a
+      // big checkpoint, past any orchestrator's grace period, before a drain of nothing. Nothing
+      // has been served or written, so the process ends here, as a drain would: exit code 0.
+      spdlog::info("{} during start-up: stopping before serving", strsignal(sig));
+      spdlog::default_logger()->flush();
+      std::fflush(nullptr);
+      std::_Exit(0);
+    }
+  }
   loader.join();
-  failure_watch.join();
-  const bool failed = load_result.load() == 1;
-  spdlog::info("{}: draining (up to {}s), NOT_SERVING", failed ? "load failed" : strsignal(sig),
-               c.drain_timeout_seconds);
+  const int failed = load_result.load() > 0 ? load_result.load() : 0;
   health->SetServingStatus(false);
+  if (failed) {
+    spdlog::info("load failed: stopping");
+  } else {
+    spdlog::info(
+        "{}: draining (up to {}s; a second signal cancels the streams still running), "
+        "NOT_SERVING",
+        strsignal(sig), c.drain_timeout_seconds);
+  }
   if (b.loop) {
-    b.loop->Shutdown(std::chrono::milliseconds(static_cast<int64_t>(c.drain_timeout_seconds * 1000)));
+    Drain(*b.loop, signals,
+          std::chrono::milliseconds(static_cast<int64_t>(c.drain_timeout_seconds * 1000)));
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   spdlog::info("stopped");
-  return failed ? 1 : 0;
+  return failed;
 }
 
 }  // namespace

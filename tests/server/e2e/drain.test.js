@@ -1,5 +1,6 @@
 // SIGTERM: health turns NOT_SERVING, new requests are refused, running streams finish (or, past
-// the drain timeout, end with finish_reason CANCELLED and UNAVAILABLE); the process exits 0.
+// the drain timeout or at a second signal, end with finish_reason CANCELLED and UNAVAILABLE); the
+// process exits 0. A signal during start-up stops the server at once, without serving.
 'use strict';
 const assert = require('assert');
 const h = require('./harness');
@@ -45,6 +46,42 @@ const h = require('./harness');
         assert.ok(r.status.details.includes('shut down'), r.status.details);
       }
       assert.strictEqual(exit.code, 0, `exit ${JSON.stringify(exit)}\n${server.log}`);
+    }],
+    ['a second signal cancels the streams still running at once', async () => {
+      const server = await h.startServer(['--server.drain_timeout_seconds', '60']);
+      const c = h.client(server);
+      const streams = Array.from({ length: 3 }, (_, i) =>
+        h.generate(c, { text: `again ${i}`, max_tokens: 4000, ignore_eos: true }));
+      await h.waitFor(async () => h.metric(await h.scrape(server), 'kimi_requests_running') === 3,
+                      10000, 'three streams running');
+      const stopped = server.stop();
+      await h.waitFor(() => server.log.includes('draining'), 5000, 'the drain to start');
+      const t0 = Date.now();
+      server.proc.kill('SIGTERM');
+      const exit = await stopped;
+      const elapsed = Date.now() - t0;
+      assert.ok(elapsed < 5000, `exited ${elapsed} ms after the second signal\n${server.log}`);
+      assert.strictEqual(exit.code, 0, `exit ${JSON.stringify(exit)}\n${server.log}`);
+      for (const r of await Promise.all(streams)) {
+        assert.ok(r.final, 'the last message carries the finish reason');
+        assert.strictEqual(r.final.finish_reason, 'FINISH_REASON_CANCELLED');
+        assert.strictEqual(r.status.code, h.grpc.status.UNAVAILABLE);
+        assert.ok(r.status.details.includes('shut down'), r.status.details);
+      }
+    }],
+    ['a signal during start-up stops the server at once, never SERVING', async () => {
+      // The hook stretches the load to 6 s; the signal comes 1 s after start.
+      const started = Date.now();
+      const server = await h.startServer([], { waitServing: false,
+                                               env: { KIMI_TEST_LOAD_DELAY_MS: '6000' } });
+      await new Promise((r) => setTimeout(r, Math.max(0, started + 1000 - Date.now())));
+      const t0 = Date.now();
+      const exit = await server.stop();
+      const elapsed = Date.now() - t0;
+      assert.ok(elapsed < 2000, `exited ${elapsed} ms after the signal\n${server.log}`);
+      assert.strictEqual(exit.code, 0, `exit ${JSON.stringify(exit)}\n${server.log}`);
+      assert.ok(!/\bSERVING\b/.test(server.log), `reported SERVING:\n${server.log}`);
+      assert.ok(server.log.includes('during start-up'), server.log);
     }],
   ]);
 })().catch((e) => { console.error(e); process.exit(1); });
