@@ -121,19 +121,25 @@ class GenerateStream : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     std::lock_guard<std::mutex> lock(shared_->mu);
     shared_->writing = false;
     if (!shared_->pending.empty()) shared_->pending.pop_front();
-    if (!ok) {  // the client is gone: stop the request, end the call
-      if (!id_.empty() && backend_->loop) backend_->loop->Cancel(id_, "client went away");
+    if (!ok) {  // the client is gone (or its deadline passed): stop the request, end the call
+      if (!id_.empty() && backend_->loop) {
+        backend_->loop->Cancel(id_, NearDeadline() ? "deadline exceeded" : "client went away");
+      }
       FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
       return;
     }
     PumpLocked();
   }
 
+  // A client whose own deadline passes resets the stream before the server's copy of the deadline
+  // (taken when the call arrived) passes: a cancel or a failed write this close to it is the
+  // deadline's. The cancellation is counted with the request's final event, by its reason.
+  bool NearDeadline() const {
+    return ctx_->deadline() <= std::chrono::system_clock::now() + kDeadlineMargin;
+  }
+
   void OnCancel() override {
-    // A client whose own deadline passes resets the stream before the server's copy of the
-    // deadline (taken when the call arrived) passes: a cancel this close to it is the deadline's.
-    // The cancellation is counted with the request's final event, by its reason.
-    const bool deadline = ctx_->deadline() <= std::chrono::system_clock::now() + kDeadlineMargin;
+    const bool deadline = NearDeadline();
     if (!id_.empty() && backend_->loop) {
       backend_->loop->Cancel(id_, deadline ? "deadline exceeded" : "cancelled by client");
     }

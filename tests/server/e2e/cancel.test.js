@@ -51,7 +51,8 @@ const h = require('./harness');
       await h.waitFor(async () => (await counts())[2] === before[2] + n, 5000,
                       'every request counted as cancelled');
       const after = await counts();
-      assert.deepStrictEqual(after.map((v, i) => v - before[i]), [n, 0, n], series.join(', '));
+      assert.deepStrictEqual(after.map((v, i) => v - before[i]), [n, 0, n],
+                             `${series.join(', ')}: ${JSON.stringify(before)} -> ${JSON.stringify(after)}`);
     }],
     ['a cancelled request does not disturb the others', async () => {
       const keep = h.generate(c, { text: 'keep', max_tokens: 40, ignore_eos: true,
