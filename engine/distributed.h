@@ -5,6 +5,7 @@
 // that hears nothing for long knows rank 0 is gone and ends the job instead of waiting forever.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -37,10 +38,16 @@ struct StepMessage {
 
 struct DistributedOptions {
   int64_t slots = 0, pages = 0, page_size = 16;
-  std::chrono::seconds heartbeat{2};
+  std::chrono::milliseconds heartbeat{2000};   // well inside follower_patience (HeartbeatFor)
   std::chrono::seconds follower_patience{30};  // silence from rank 0 this long ends the job
   EngineOptions engine;
 };
+
+// Rank 0's idle heartbeat for a follower patience: 2 s, or a third of a shorter patience (a 1 s
+// patience beside a fixed 2 s heartbeat ended an idle job).
+inline std::chrono::milliseconds HeartbeatFor(std::chrono::seconds patience) {
+  return std::min<std::chrono::milliseconds>(std::chrono::milliseconds(2000), patience / 3);
+}
 
 class LeaderStepRunner final : public StepRunner {
  public:

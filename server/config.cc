@@ -326,7 +326,9 @@ absl::Status Validate(const ServerConfig& c) {
       {"parallel.tp", c.tp, 1, 1024},
       {"parallel.ep", c.ep, 1, 1024},
       {"parallel.pp", c.pp, 1, 1024},
-      {"parallel.collective_timeout_seconds", c.collective_timeout_seconds, 1, kMaxSeconds},
+      // Rank 0's idle heartbeat comes every third of it, at best every half second (the engine
+      // loop's idle wake): 3 s leaves a follower two chances.
+      {"parallel.collective_timeout_seconds", c.collective_timeout_seconds, 3, kMaxSeconds},
       {"parallel.max_replicated_experts", c.max_replicated_experts, 0, 1 << 16},
       {"memory.kda_state_mib", c.kda_state_mib, 1, kMaxMib},
       {"memory.kv_cache_mib", c.kv_cache_mib, 1, kMaxMib},

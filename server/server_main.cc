@@ -349,22 +349,20 @@ int Run(int argc, char** argv) {
   }
   if (cluster->rank() != 0) return Follow(c, *cluster);
 
+  // A start that fails on rank 0 ends the whole job at once: the other ranks would wait for its
+  // first step until parallel.collective_timeout_seconds, then blame its silence.
+  auto fail_start = [&](int code, const std::string& message) {
+    spdlog::error("{}", message);
+    if (cluster->world) MpiCommunicator::Abort(absl::StrCat("rank 0: ", message));
+    return code;
+  };
   auto keys = ApiKeys::Load(c.api_keys_file);
-  if (!keys.ok()) {
-    spdlog::error("{}", std::string(keys.status().message()));
-    return 2;
-  }
+  if (!keys.ok()) return fail_start(2, std::string(keys.status().message()));
   b.keys = std::move(*keys);
   auto creds = Credentials(c);
-  if (!creds.ok()) {
-    spdlog::error("{}", std::string(creds.status().message()));
-    return 2;
-  }
+  if (!creds.ok()) return fail_start(2, std::string(creds.status().message()));
   auto metrics = Metrics::Start(c.metrics_listen, c.model_name);
-  if (!metrics.ok()) {
-    spdlog::error("{}", std::string(metrics.status().message()));
-    return 1;
-  }
+  if (!metrics.ok()) return fail_start(1, std::string(metrics.status().message()));
   b.metrics = metrics->get();
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -380,8 +378,8 @@ int Run(int argc, char** argv) {
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
-    spdlog::error("cannot listen on {} (address in use or invalid)", c.listen);
-    return 1;
+    return fail_start(1,
+                      absl::StrCat("cannot listen on ", c.listen, " (address in use or invalid)"));
   }
   auto* health = server->GetHealthCheckService();
   // Overall ("") and per service: NOT_SERVING until loaded and warmed up.
@@ -399,6 +397,7 @@ int Run(int argc, char** argv) {
   // Load in the background so health and signals answer meanwhile. `load_result`: -1 while
   // loading, 0 serving, else the exit code of a failed start (2: a setting to change).
   std::atomic<int> load_result{-1};
+  std::string load_error;  // written by the loader before it sets load_result
   std::mutex phase_mu;
   bool stopping = false;  // a signal came (guarded by phase_mu)
   std::thread loader([&] {
@@ -408,10 +407,13 @@ int Run(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)));
     }
     auto model = Model::Load(c.model_path, LoadOptions(*cluster));
+    auto fail = [&](int code, std::string message) {
+      spdlog::error("{}", message);
+      load_error = std::move(message);
+      load_result = code;
+    };
     if (!model.ok()) {
-      spdlog::error("cannot load model: {}", std::string(model.status().message()));
-      load_result = 1;
-      return;
+      return fail(1, absl::StrCat("cannot load model: ", model.status().message()));
     }
     b.model = std::move(*model);
     LogThreads();
@@ -420,9 +422,7 @@ int Run(int argc, char** argv) {
     }
     auto tok = tokenizer::Tokenizer::Load(c.model_path);
     if (!tok.ok()) {
-      spdlog::error("cannot load tokenizer: {}", std::string(tok.status().message()));
-      load_result = 1;
-      return;
+      return fail(1, absl::StrCat("cannot load tokenizer: ", tok.status().message()));
     }
     b.tokenizer = std::move(*tok);
     sched::LoopConfig lc;
@@ -458,6 +458,7 @@ int Run(int argc, char** argv) {
       d.pages = lc.scheduler.num_pages;
       d.page_size = lc.scheduler.page_size;
       d.engine = lc.engine;
+      d.heartbeat = HeartbeatFor(std::chrono::seconds(c.collective_timeout_seconds));
       runner = std::make_unique<LeaderStepRunner>(*b.model, cluster->comms(), d);
       // A failed collective leaves the ranks out of step: report NOT_SERVING and end the job.
       lc.on_fatal = [health](const absl::Status& s) {
@@ -472,10 +473,8 @@ int Run(int argc, char** argv) {
       auto r = MakeCudaStepRunner(*b.model, lc.scheduler.max_running, lc.scheduler.num_pages,
                                   lc.scheduler.page_size, gpu, o);
       if (!r.ok()) {
-        spdlog::error("cannot start the CUDA backend on {}: {}", c.device,
-                      std::string(r.status().message()));
-        load_result = 1;
-        return;
+        return fail(1, absl::StrCat("cannot start the CUDA backend on ", c.device, ": ",
+                                    r.status().message()));
       }
       runner = std::move(*r);
       spdlog::info("engine on {}", c.device);
@@ -487,13 +486,9 @@ int Run(int argc, char** argv) {
     try {
       b.loop = std::make_unique<sched::EngineLoop>(*b.model, std::move(lc), std::move(runner));
     } catch (const std::bad_alloc&) {
-      spdlog::error("{}", PoolsTooLarge(c, pools));
-      load_result = 2;
-      return;
+      return fail(2, PoolsTooLarge(c, pools));
     } catch (const std::length_error&) {
-      spdlog::error("{}", PoolsTooLarge(c, pools));
-      load_result = 2;
-      return;
+      return fail(2, PoolsTooLarge(c, pools));
     }
     b.metrics->SetPools(b.loop->Stats());
     const sched::SchedulerStats st = b.loop->Stats();
@@ -502,11 +497,7 @@ int Run(int argc, char** argv) {
                  st.slots_total, KdaStatePool::SlotBytes(b.model->config()), st.pages_total,
                  c.page_size, st.attn_res_bytes_total, c.token_budget, b.loop->Concurrency());
     b.loop->Start();
-    if (absl::Status s = WarmUp(b); !s.ok()) {
-      spdlog::error("{}", std::string(s.message()));
-      load_result = 1;
-      return;
-    }
+    if (absl::Status s = WarmUp(b); !s.ok()) return fail(1, std::string(s.message()));
     // SERVING only if no signal came first (the main thread holds `phase_mu` while it decides).
     std::lock_guard<std::mutex> lock(phase_mu);
     if (stopping) return;
@@ -537,6 +528,7 @@ int Run(int argc, char** argv) {
   loader.join();
   const int failed = load_result.load() > 0 ? load_result.load() : 0;
   health->SetServingStatus(false);
+  if (failed && cluster->world) MpiCommunicator::Abort(absl::StrCat("rank 0: ", load_error));
   if (failed) {
     spdlog::info("load failed: stopping");
   } else {

@@ -103,6 +103,13 @@ TEST(Config, ValidationNamesTheKey) {
   x = c;
   x.model_path.clear();
   EXPECT_NE(key_of(x).find("model.path"), std::string::npos);
+  // Below 3 s the idle heartbeat (every half second at best) leaves a follower no margin: a 1 s
+  // deadline ended an idle job.
+  x = c;
+  x.collective_timeout_seconds = 2;
+  EXPECT_NE(key_of(x).find("parallel.collective_timeout_seconds"), std::string::npos);
+  x.collective_timeout_seconds = 3;
+  EXPECT_TRUE(Validate(x).ok());
 }
 
 // Values that once passed validation and then crashed or wrapped downstream: --threads 100000
