@@ -1,14 +1,17 @@
 // kimi-loadtest: open-loop Poisson load against a kimi-server, at one rate or a sweep of rates.
 // Reports throughput (requests/s, tokens/s), TTFT, TPOT, ITL and end-to-end latency at p50/p90/p99,
 // goodput under an SLO and errors by status, as a table, JSON and plot-ready CSV.
-#include <grpcpp/grpcpp.h>
-
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
 #include <tuple>
+
+#include <grpcpp/grpcpp.h>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
@@ -18,6 +21,7 @@
 #include "loadtest/runner.h"
 #include "nlohmann/json.hpp"
 #include "tools/parse_flags.h"
+#include <signal.h>
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "kimi-server gRPC address");
 ABSL_FLAG(std::string, rates, "1", "offered request rates per second, comma-separated (a sweep)");
@@ -26,7 +30,9 @@ ABSL_FLAG(int64_t, requests, 200, "at most this many requests per rate");
 ABSL_FLAG(double, warmup, 2.0, "seconds of warm-up load before the first rate (not counted)");
 ABSL_FLAG(int64_t, concurrency, 256, "requests in flight at most; later arrivals wait (and count)");
 ABSL_FLAG(std::string, prompt_len, "uniform:32:256", "prompt tokens: fixed:N or uniform:A:B");
-ABSL_FLAG(std::string, output_len, "uniform:16:128", "output tokens: fixed:N or uniform:A:B");
+ABSL_FLAG(std::string, output_len, "uniform:16:128",
+          "output tokens: fixed:N or uniform:A:B (each generated in full: end-of-turn ids are "
+          "ignored)");
 ABSL_FLAG(std::string, jsonl, "",
           "requests from a JSONL file ({\"prompt\": ..., \"max_tokens\": N} or "
           "{\"prompt_tokens\": N, \"output_tokens\": M} per line), cycled");
@@ -88,31 +94,52 @@ int Fail(const std::string& m) {
   return 2;
 }
 
+// Set by the first SIGINT/SIGTERM: the run stops, cancels what is in flight and writes the rates
+// it finished (a second signal ends the process at once).
+std::atomic<bool> g_interrupted{false};
+extern "C" void OnInterrupt(int) { g_interrupted.store(true); }
+
+// A finite number in (lo, hi] (or [lo, hi] when `closed`): NaN and infinity pass `v > 0`.
+bool InRange(double v, double lo, double hi, bool closed = false) {
+  return std::isfinite(v) && (closed ? v >= lo : v > lo) && v <= hi;
+}
+
 int Main() {
   std::vector<double> rates;
   for (absl::string_view r : absl::StrSplit(absl::GetFlag(FLAGS_rates), ',')) {
     double v;
-    if (!absl::SimpleAtod(r, &v) || v <= 0) return Fail("--rates: positive numbers, e.g. 1,2,4");
+    if (!absl::SimpleAtod(r, &v) || !InRange(v, 0, 1e6)) {
+      return Fail("--rates: positive numbers up to 1e6, e.g. 1,2,4");
+    }
     rates.push_back(v);
   }
   if (rates.empty()) return Fail("--rates: at least one rate");
-  if (!(absl::GetFlag(FLAGS_duration) > 0)) return Fail("--duration: seconds above 0");
+  if (!InRange(absl::GetFlag(FLAGS_duration), 0, 86400)) {
+    return Fail("--duration: seconds in (0, 86400]");
+  }
   if (absl::GetFlag(FLAGS_requests) < 1) return Fail("--requests: at least 1");
   if (absl::GetFlag(FLAGS_concurrency) < 1) return Fail("--concurrency: at least 1");
-  if (!(absl::GetFlag(FLAGS_warmup) >= 0)) return Fail("--warmup: seconds, 0 or more");
-  if (!(absl::GetFlag(FLAGS_slo_ttft) > 0) || !(absl::GetFlag(FLAGS_slo_tpot) > 0)) {
+  if (!InRange(absl::GetFlag(FLAGS_warmup), 0, 3600, /*closed=*/true)) {
+    return Fail("--warmup: seconds in [0, 3600]");
+  }
+  if (!InRange(absl::GetFlag(FLAGS_slo_ttft), 0, 1e6) ||
+      !InRange(absl::GetFlag(FLAGS_slo_tpot), 0, 1e6)) {
     return Fail("--slo_ttft and --slo_tpot: seconds above 0");
   }
-  if (!(absl::GetFlag(FLAGS_temperature) >= 0)) return Fail("--temperature: 0 or more");
-  // The output files are opened before the run, so that a path that cannot be written fails now
-  // rather than losing the results at the end.
+  if (!InRange(absl::GetFlag(FLAGS_temperature), 0, 100, /*closed=*/true)) {
+    return Fail("--temperature: in [0, 100]");
+  }
   const std::string json_path = absl::GetFlag(FLAGS_json), csv_path = absl::GetFlag(FLAGS_csv);
-  std::ofstream json_file, csv_file;
-  for (auto [flag, path, file] :
-       {std::tuple{"--json", &json_path, &json_file}, std::tuple{"--csv", &csv_path, &csv_file}}) {
+  if (json_path == "-" && csv_path == "-") {
+    return Fail("--json=- and --csv=-: only one of them can go to stdout");
+  }
+  // The output paths are checked before the run (opened to append, which changes nothing), so
+  // that one that cannot be written fails now rather than losing the results at the end; they
+  // are rewritten only when there are results.
+  for (const auto& [flag, path] :
+       {std::pair{"--json", &json_path}, std::pair{"--csv", &csv_path}}) {
     if (path->empty() || *path == "-") continue;
-    file->open(*path);
-    if (!file->good()) {
+    if (!std::ofstream(*path, std::ios::app).good()) {
       return Fail(absl::StrCat(flag, ": cannot write ", *path, ": ", std::strerror(errno)));
     }
   }
@@ -150,20 +177,32 @@ int Main() {
                                absl::GetFlag(FLAGS_target), ": ", s.error_message()));
     }
     o.vocab = info.vocab_size() - 256;  // base ranks only: no special tokens in random prompts
+    // Random prompts the server would refuse (and that would fill this process's memory first).
+    int64_t longest = 0;
+    for (const RequestShape& s : shapes) longest = std::max(longest, s.prompt_tokens);
+    if (info.context_limit() > 0 && longest >= static_cast<int64_t>(info.context_limit())) {
+      return Fail(absl::StrCat("prompts of ", longest, " tokens reach the server's context limit (",
+                               info.context_limit(), "): choose shorter --prompt_len or lines"));
+    }
     std::fprintf(stderr, "target %s: %s (%s), vocabulary %u\n", absl::GetFlag(FLAGS_target).c_str(),
                  info.model_name().c_str(), info.model_type().c_str(), info.vocab_size());
   }
+  struct sigaction on_interrupt = {};
+  on_interrupt.sa_handler = OnInterrupt;
+  on_interrupt.sa_flags = SA_RESETHAND;  // a second signal ends the process at once
+  sigaction(SIGINT, &on_interrupt, nullptr);
+  sigaction(SIGTERM, &on_interrupt, nullptr);
   const uint64_t seed = absl::GetFlag(FLAGS_seed);
   if (absl::GetFlag(FLAGS_warmup) > 0) {
     std::mt19937_64 rng(seed ^ 0x5eed);
     auto arrivals = PoissonArrivals(rates[0], absl::GetFlag(FLAGS_warmup), 1 << 20, rng);
-    RunLevel(stub.get(), arrivals, shapes, o, seed ^ 0x5eed);
+    RunLevel(stub.get(), arrivals, shapes, o, seed ^ 0x5eed, g_interrupted);
   }
   std::vector<LevelSummary> levels;
   std::fprintf(table, "%8s %8s %9s | %24s | %24s | %16s | %24s | %8s %s\n", "rate", "req/s",
                "out tok/s", "TTFT p50/p90/p99 (s)", "TPOT p50/p90/p99 (s)", "ITL p50/p99 (s)",
                "e2e p50/p90/p99 (s)", "goodput", "errors");
-  for (size_t level = 0; level < rates.size(); ++level) {
+  for (size_t level = 0; level < rates.size() && !g_interrupted.load(); ++level) {
     const double rate = rates[level];
     std::mt19937_64 rng(seed + static_cast<uint64_t>(rate * 1000));
     auto arrivals = PoissonArrivals(rate, absl::GetFlag(FLAGS_duration),
@@ -176,7 +215,14 @@ int Main() {
     const auto t0 = std::chrono::steady_clock::now();
     // Each rate its own prompts: with the same ones, the prefix cache would serve a later rate's
     // prompts from the earlier rate's snapshots and flatter its TTFT.
-    auto results = RunLevel(stub.get(), arrivals, shapes, o, seed + 7919 * (level + 1));
+    auto results =
+        RunLevel(stub.get(), arrivals, shapes, o, seed + 7919 * (level + 1), g_interrupted);
+    if (g_interrupted.load()) {  // cut short, its requests cancelled: not a measurement
+      std::fprintf(stderr,
+                   "kimi-loadtest: interrupted during rate %g; writing the %zu rates done\n", rate,
+                   levels.size());
+      break;
+    }
     const double span = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     LevelSummary s = Summarise(results, rate, span, absl::GetFlag(FLAGS_slo_ttft),
                                absl::GetFlag(FLAGS_slo_tpot));
@@ -208,16 +254,23 @@ int Main() {
                                 .c_str()
                           : "below the lowest rate");
   }
-  if (!absl::GetFlag(FLAGS_json).empty()) {
+  // Interrupted before a rate finished: the files keep what they held.
+  const bool write = !levels.empty() || !g_interrupted.load();
+  if (write && !json_path.empty()) {
     nlohmann::ordered_json j;
     j["target"] = absl::GetFlag(FLAGS_target);
     j["slo"] = {{"ttft_s", absl::GetFlag(FLAGS_slo_ttft)}, {"tpot_s", absl::GetFlag(FLAGS_slo_tpot)}};
     j["levels"] = nlohmann::ordered_json::array();
     for (const auto& s : levels) j["levels"].push_back(ToJson(s));
     j["knee_rate"] = knee;
+    j["interrupted"] = g_interrupted.load();
+    std::ofstream json_file;
+    if (json_path != "-") json_file.open(json_path, std::ios::trunc);
     (json_path == "-" ? std::cout : json_file) << j.dump(2) << "\n";
   }
-  if (!csv_path.empty()) {
+  if (write && !csv_path.empty()) {
+    std::ofstream csv_file;
+    if (csv_path != "-") csv_file.open(csv_path, std::ios::trunc);
     std::ostream& csv = csv_path == "-" ? std::cout : csv_file;
     csv << "rate,requests_per_s,output_tokens_per_s,ttft_p50,ttft_p90,ttft_p99,tpot_p50,tpot_p90,"
            "tpot_p99,itl_p50,itl_p99,e2e_p50,e2e_p90,e2e_p99,goodput,errors\n";
@@ -232,6 +285,7 @@ int Main() {
           << absl::StrFormat(",%g,%d\n", s.goodput, errors);
     }
   }
+  if (g_interrupted.load()) return 130;  // as a shell reports an interrupted command
   int64_t succeeded = 0;
   for (const LevelSummary& s : levels) succeeded += s.succeeded;
   if (succeeded == 0) {  // nothing measured: a script must not take this for a result

@@ -1,13 +1,15 @@
 #include "loadtest/runner.h"
 
-#include <grpcpp/grpcpp.h>
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <iterator>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
+
+#include <grpcpp/grpcpp.h>
 
 namespace kimi::loadtest {
 namespace {
@@ -18,17 +20,44 @@ double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+class Call;
+
+// The calls in flight, so that Ctrl-C can cancel them. A call is in the set from before it starts
+// until its OnDone, which removes it before deleting it; the lock is recursive because gRPC may
+// run OnDone inside TryCancel.
+class LiveCalls {
+ public:
+  void Add(Call* c) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    calls_.insert(c);
+  }
+  void Remove(Call* c) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    calls_.erase(c);
+  }
+  void CancelAll();
+
+ private:
+  std::recursive_mutex mu_;
+  std::set<Call*> calls_;
+};
+
 // One streaming call; reports completion through `on_done`.
 class Call : public grpc::ClientReadReactor<v1::GenerateResponse> {
  public:
   Call(v1::Generation::Stub* stub, v1::GenerateRequest req, const RunOptions& o,
-       Clock::time_point run_start, double arrival, RequestResult* out,
+       Clock::time_point run_start, double arrival, RequestResult* out, LiveCalls* live,
        std::function<void()> on_done)
-      : req_(std::move(req)), run_start_(run_start), arrival_(arrival), out_(out),
+      : req_(std::move(req)),
+        run_start_(run_start),
+        arrival_(arrival),
+        out_(out),
+        live_(live),
         on_done_(std::move(on_done)) {
     if (!o.api_key.empty()) ctx_.AddMetadata("authorization", "Bearer " + o.api_key);
     ctx_.set_deadline(std::chrono::system_clock::now() +
                       std::chrono::milliseconds(static_cast<int64_t>(o.timeout_seconds * 1000)));
+    live_->Add(this);
     stub->async()->Generate(&ctx_, &req_, this);
     StartRead(&resp_);
     StartCall();
@@ -49,22 +78,33 @@ class Call : public grpc::ClientReadReactor<v1::GenerateResponse> {
   void OnDone(const grpc::Status& s) override {
     out_->end = Since(run_start_) - arrival_;
     if (!s.ok()) out_->status = StatusName(s.error_code());
+    live_->Remove(this);
     on_done_();
     delete this;
   }
+  void Cancel() { ctx_.TryCancel(); }
 
  private:
   static std::string StatusName(grpc::StatusCode c) {
-    switch (c) {
-      case grpc::StatusCode::CANCELLED: return "CANCELLED";
-      case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-      case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-      case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-      case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-      case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-      case grpc::StatusCode::INTERNAL: return "INTERNAL";
-      default: return "STATUS_" + std::to_string(static_cast<int>(c));
-    }
+    static const char* const kNames[] = {"OK",
+                                         "CANCELLED",
+                                         "UNKNOWN",
+                                         "INVALID_ARGUMENT",
+                                         "DEADLINE_EXCEEDED",
+                                         "NOT_FOUND",
+                                         "ALREADY_EXISTS",
+                                         "PERMISSION_DENIED",
+                                         "RESOURCE_EXHAUSTED",
+                                         "FAILED_PRECONDITION",
+                                         "ABORTED",
+                                         "OUT_OF_RANGE",
+                                         "UNIMPLEMENTED",
+                                         "INTERNAL",
+                                         "UNAVAILABLE",
+                                         "DATA_LOSS",
+                                         "UNAUTHENTICATED"};
+    const auto i = static_cast<size_t>(c);
+    return i < std::size(kNames) ? kNames[i] : "STATUS_" + std::to_string(i);
   }
   grpc::ClientContext ctx_;
   v1::GenerateRequest req_;
@@ -72,26 +112,43 @@ class Call : public grpc::ClientReadReactor<v1::GenerateResponse> {
   Clock::time_point run_start_;
   double arrival_;
   RequestResult* out_;
+  LiveCalls* live_;
   std::function<void()> on_done_;
 };
+
+void LiveCalls::CancelAll() {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  const std::vector<Call*> calls(calls_.begin(), calls_.end());
+  for (Call* c : calls) {
+    if (calls_.count(c) > 0) c->Cancel();  // one that ended meanwhile is gone
+  }
+}
 
 }  // namespace
 
 std::vector<RequestResult> RunLevel(v1::Generation::Stub* stub, const std::vector<double>& arrivals,
-                                    const std::vector<RequestShape>& shapes,
-                                    const RunOptions& o, uint64_t seed) {
+                                    const std::vector<RequestShape>& shapes, const RunOptions& o,
+                                    uint64_t seed, const std::atomic<bool>& stop) {
   std::vector<RequestResult> results(arrivals.size());
   std::mt19937_64 rng(seed);
   std::mutex mu;
   std::condition_variable cv;
-  int64_t in_flight = 0, done = 0;
+  int64_t in_flight = 0, done = 0, started = 0;
+  LiveCalls live;
   const Clock::time_point start = Clock::now();
-  for (size_t i = 0; i < arrivals.size(); ++i) {
-    std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(
-                                              std::chrono::duration<double>(arrivals[i])));
+  for (size_t i = 0; i < arrivals.size() && !stop.load(); ++i) {
+    // Sleep to the arrival in slices, so that Ctrl-C is seen within one.
+    const Clock::time_point due = start + std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double>(arrivals[i]));
+    while (!stop.load() && Clock::now() < due) {
+      std::this_thread::sleep_until(std::min(due, Clock::now() + std::chrono::milliseconds(50)));
+    }
     {
       std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return in_flight < o.concurrency; });
+      while (!stop.load() && in_flight >= o.concurrency) {
+        cv.wait_for(lock, std::chrono::milliseconds(50));
+      }
+      if (stop.load()) break;
       ++in_flight;
     }
     const RequestShape& shape = shapes[i % shapes.size()];
@@ -110,15 +167,26 @@ std::vector<RequestResult> RunLevel(v1::Generation::Stub* stub, const std::vecto
     req.mutable_sampling()->set_seed(seed + i);
     req.set_ignore_eos(o.ignore_eos);
     results[i].arrival = arrivals[i];
-    new Call(stub, std::move(req), o, start, arrivals[i], &results[i], [&] {
+    ++started;
+    new Call(stub, std::move(req), o, start, arrivals[i], &results[i], &live, [&] {
       std::lock_guard<std::mutex> lock(mu);
       --in_flight;
       ++done;
       cv.notify_all();
     });
   }
+  bool cancelled = false;
   std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return done == static_cast<int64_t>(arrivals.size()); });
+  while (done < started) {
+    if (stop.load() && !cancelled) {
+      lock.unlock();  // OnDone takes `mu`
+      live.CancelAll();
+      lock.lock();
+      cancelled = true;
+    }
+    cv.wait_for(lock, std::chrono::milliseconds(50));
+  }
+  results.resize(static_cast<size_t>(started));
   return results;
 }
 

@@ -3,6 +3,7 @@
 // counts in their latency), and records per-token timings from the stream.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,9 +23,11 @@ struct RunOptions {
   double timeout_seconds = 600;
 };
 
-// Runs `shapes[i]` at `arrivals[i]` seconds after the start; returns one result per request.
+// Runs `shapes[i]` at `arrivals[i]` seconds after the start; returns one result per request
+// started. Once `stop` is set (Ctrl-C) no request starts and those in flight are cancelled.
 std::vector<RequestResult> RunLevel(v1::Generation::Stub* stub, const std::vector<double>& arrivals,
                                     const std::vector<RequestShape>& shapes,
-                                    const RunOptions& options, uint64_t seed);
+                                    const RunOptions& options, uint64_t seed,
+                                    const std::atomic<bool>& stop);
 
 }  // namespace kimi::loadtest

@@ -35,7 +35,8 @@ struct LevelSummary {
 };
 
 Percentiles Summarise(std::vector<double> values);
-// `seconds` is the measured span (first arrival to last completion) of the counted requests.
+// `seconds` is the measured span: from the level's start (its arrivals' time 0) to the last
+// completion.
 LevelSummary Summarise(const std::vector<RequestResult>& results, double rate, double seconds,
                        double slo_ttft, double slo_tpot);
 

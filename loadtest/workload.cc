@@ -19,7 +19,8 @@ absl::StatusOr<LengthDist> ParseLengthDist(const std::string& spec, const char* 
   LengthDist d;
   auto bad = [&] {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--", flag, ": expected fixed:N or uniform:A:B with 1 <= A <= B, got \"", spec, "\""));
+        "--", flag, ": expected fixed:N or uniform:A:B with 1 <= A <= B <= ", kMaxLength,
+        ", got \"", spec, "\""));
   };
   if (parts.size() == 2 && parts[0] == "fixed" && absl::SimpleAtoi(parts[1], &d.lo)) {
     d.hi = d.lo;
@@ -28,7 +29,7 @@ absl::StatusOr<LengthDist> ParseLengthDist(const std::string& spec, const char* 
   } else {
     return bad();
   }
-  if (d.lo < 1 || d.hi < d.lo) return bad();
+  if (d.lo < 1 || d.hi < d.lo || d.hi > kMaxLength) return bad();
   return d;
 }
 
@@ -49,15 +50,20 @@ absl::StatusOr<std::vector<RequestShape>> ReadJsonl(const std::string& path) {
     RequestShape r;
     if (j.contains("prompt") && j["prompt"].is_string()) {
       r.prompt_text = j["prompt"].get<std::string>();
+      if (r.prompt_text.empty()) return bad("\"prompt\" is empty");
     } else if (j.contains("prompt_tokens") && j["prompt_tokens"].is_number_integer()) {
       r.prompt_tokens = j["prompt_tokens"].get<int64_t>();
-      if (r.prompt_tokens < 1) return bad("prompt_tokens must be >= 1");
+      if (r.prompt_tokens < 1 || r.prompt_tokens > kMaxLength) {
+        return bad("prompt_tokens must be in [1, 4294967295]");
+      }
     } else {
       return bad("needs \"prompt\" (string) or \"prompt_tokens\" (integer)");
     }
     const char* out_key = j.contains("max_tokens") ? "max_tokens" : "output_tokens";
-    if (!j.contains(out_key) || !j[out_key].is_number_integer() || j[out_key].get<int64_t>() < 1) {
-      return bad("needs \"max_tokens\" or \"output_tokens\" (integer >= 1)");
+    // Past int64 a number reads as negative here (or as a float: not an integer): out of range.
+    if (!j.contains(out_key) || !j[out_key].is_number_integer() || j[out_key].get<int64_t>() < 1 ||
+        j[out_key].get<int64_t>() > kMaxLength) {
+      return bad("needs \"max_tokens\" or \"output_tokens\" (integer in [1, 4294967295])");
     }
     r.max_tokens = j[out_key].get<int64_t>();
     out.push_back(std::move(r));

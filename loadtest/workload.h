@@ -11,6 +11,10 @@
 
 namespace kimi::loadtest {
 
+// The longest prompt or output a request can name (the wire's uint32; the server's own limits are
+// far lower and refuse with INVALID_ARGUMENT).
+inline constexpr int64_t kMaxLength = 4294967295;
+
 // "fixed:N", "uniform:A:B" (inclusive).
 struct LengthDist {
   int64_t lo = 0, hi = 0;

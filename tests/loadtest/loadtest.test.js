@@ -4,6 +4,7 @@
 const assert = require('assert');
 const fs = require('fs');
 const path = require('path');
+const { spawn, spawnSync } = require('child_process');
 const h = require('../server/e2e/harness');
 
 (async () => {
@@ -30,6 +31,38 @@ const h = require('../server/e2e/harness');
       const lines = fs.readFileSync(csv, 'utf8').trim().split('\n');
       assert.strictEqual(lines.length, 3);
       assert.ok(lines[0].startsWith('rate,requests_per_s'));
+    }],
+    ['bad numbers and two stdout outputs are refused before the run', async () => {
+      const bin = path.join(h.build, 'bin/kimi-loadtest');
+      for (const args of [['--rates', 'nan'], ['--rates', 'inf'], ['--warmup', 'inf'],
+                          ['--duration', 'nan'], ['--json=-', '--csv=-'],
+                          ['--prompt_len', 'fixed:300000000'], ['--output_len', 'fixed:4294967299']]) {
+        const r = spawnSync(bin, ['--target', server.address(), ...args], { encoding: 'utf8' });
+        assert.strictEqual(r.status, 2, `${args.join(' ')}: ${r.status} ${r.stderr}`);
+        assert.ok(r.stderr.includes('kimi-loadtest:'), r.stderr);
+      }
+    }],
+    ['Ctrl-C writes the rates done and leaves no request running', async () => {
+      const json = path.join(dir, 'interrupted.json');
+      fs.writeFileSync(json, '{"previous": true}\n');
+      const proc = spawn(path.join(h.build, 'bin/kimi-loadtest'), [
+        '--target', server.address(), '--rates', '4,4', '--duration', '1.5', '--requests', '6',
+        '--warmup', '0', '--prompt_len', 'fixed:16', '--output_len', 'fixed:400', '--json', json],
+      { stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      proc.stdout.on('data', (d) => { out += d; });
+      proc.stderr.on('data', (d) => { out += d; });
+      const exit = new Promise((resolve) => proc.on('exit', (code) => resolve(code)));
+      // The first rate's row, then the signal while the second runs.
+      await h.waitFor(async () => /\n\s+4\.00\s/.test(out), 60000, 'the first rate to finish');
+      await new Promise((r) => setTimeout(r, 500));
+      proc.kill('SIGINT');
+      assert.strictEqual(await exit, 130, out);
+      const r = JSON.parse(fs.readFileSync(json, 'utf8'));
+      assert.strictEqual(r.levels.length, 1, JSON.stringify(r));
+      assert.strictEqual(r.interrupted, true);
+      await h.waitFor(async () => h.metric(await h.scrape(server), 'kimi_requests_running') === 0,
+                      10000, 'the cancelled requests to leave the server');
     }],
   ]);
   await server.stop();

@@ -23,7 +23,8 @@ TEST(Workload, LengthDistributions) {
     EXPECT_GE(v, 3);
     EXPECT_LE(v, 5);
   }
-  for (const char* bad : {"fixed:0", "uniform:5:3", "normal:3", "fixed", "uniform:a:b"}) {
+  for (const char* bad : {"fixed:0", "uniform:5:3", "normal:3", "fixed", "uniform:a:b",
+                          "fixed:4294967299", "uniform:1:4294967296"}) {
     EXPECT_FALSE(ParseLengthDist(bad, "x").ok()) << bad;
   }
 }
@@ -53,6 +54,16 @@ TEST(Workload, Jsonl) {
   EXPECT_EQ((*r)[1].max_tokens, 3);
   std::ofstream(path) << "{\"prompt\": 3}\n";
   EXPECT_FALSE(ReadJsonl(path).ok());
+  // Sent as is, these failed every request or wrapped on the wire's uint32 (4294967299 -> 3).
+  for (const char* bad : {"{\"prompt\": \"\", \"max_tokens\": 3}",
+                          "{\"prompt_tokens\": 4, \"max_tokens\": 4294967296}",
+                          "{\"prompt_tokens\": 4, \"max_tokens\": 18446744073709551615}",
+                          "{\"prompt_tokens\": 4294967296, \"max_tokens\": 3}"}) {
+    std::ofstream(path) << bad << "\n";
+    EXPECT_FALSE(ReadJsonl(path).ok()) << bad;
+  }
+  std::ofstream(path) << "{\"prompt_tokens\": 4, \"max_tokens\": 4294967295}\n";
+  EXPECT_TRUE(ReadJsonl(path).ok());
 }
 
 TEST(Stats, PercentilesAndGoodput) {
