@@ -22,18 +22,23 @@ const int64_t kStarted = std::chrono::duration_cast<std::chrono::seconds>(
                              std::chrono::system_clock::now().time_since_epoch())
                              .count();
 
-// Runs a handler; whatever it throws becomes a 500 in OpenAI's shape.
+// Runs `body`; whatever it throws becomes a 500 in OpenAI's shape.
+void Guarded(const httplib::Request& req, httplib::Response& res,
+             const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    spdlog::error("{} {}: {}", req.method, req.path, e.what());
+    SendError(res, absl::InternalError(absl::StrCat("internal error: ", e.what())));
+  } catch (...) {
+    spdlog::error("{} {}: unknown exception", req.method, req.path);
+    SendError(res, absl::InternalError("internal error"));
+  }
+}
+
 Handler Guard(Handler handler) {
   return [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
-    try {
-      handler(req, res);
-    } catch (const std::exception& e) {
-      spdlog::error("{} {}: {}", req.method, req.path, e.what());
-      SendError(res, absl::InternalError(absl::StrCat("internal error: ", e.what())));
-    } catch (...) {
-      spdlog::error("{} {}: unknown exception", req.method, req.path);
-      SendError(res, absl::InternalError("internal error"));
-    }
+    Guarded(req, res, [&] { handler(req, res); });
   };
 }
 
@@ -130,7 +135,7 @@ absl::StatusOr<std::string> ReadBody(const httplib::ContentReader& reader) {
 httplib::Server::HandlerWithContentReader Completion(Gateway& g, Endpoint endpoint) {
   return [&g, endpoint](const httplib::Request& req, httplib::Response& res,
                         const httplib::ContentReader& reader) {
-    try {
+    Guarded(req, res, [&] {
       auto body = ReadBody(reader);
       if (!body.ok()) {
         SendError(res, body.status());
@@ -140,10 +145,7 @@ httplib::Server::HandlerWithContentReader Completion(Gateway& g, Endpoint endpoi
       auto auth = Authorize(g, req);
       if (!auth.ok()) return SendError(res, auth.status());
       HandleCompletion(g, endpoint, *auth, *body, req, res);
-    } catch (const std::exception& e) {
-      spdlog::error("{} {}: {}", req.method, req.path, e.what());
-      SendError(res, absl::InternalError(absl::StrCat("internal error: ", e.what())));
-    }
+    });
   };
 }
 
