@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -49,9 +50,14 @@ class KeyReader {
     }
     return v->get<int64_t>();
   }
+  // A value that fails reads as 1 after its error is recorded, so that the checks after it may
+  // divide by it (num_expert_group 0 ended three tools with SIGFPE).
   int64_t Positive(const char* key, std::optional<int64_t> def = std::nullopt) {
     const int64_t n = Int(key, def);
-    if (n <= 0 && (Has(key) || !def)) Fail(key, absl::StrCat("must be positive, got ", n));
+    if (n <= 0 && (Has(key) || !def)) {
+      Fail(key, absl::StrCat("must be positive, got ", n));
+      return 1;
+    }
     return n;
   }
   double Float(const char* key, std::optional<double> def = std::nullopt) {
@@ -162,8 +168,9 @@ absl::Status ParseLinearAttn(const json& obj, const std::string& path, int64_t n
     r.Get("gate_lower_bound", false);
   }
   if (!r.status().ok()) return r.status();
-  // 1-based lists; together they must name every layer exactly once.
-  std::vector<int> kind(num_layers, -1);
+  // 1-based lists; together they must name every layer exactly once. Kept by layer number, not in
+  // a table of num_hidden_layers rows: 2^62 asked for that table before any check.
+  std::map<int64_t, int> kind_of;
   auto mark = [&](const std::vector<int64_t>& list, const char* key, int value) {
     for (int64_t one_based : list) {
       if (one_based < 1 || one_based > num_layers) {
@@ -171,21 +178,25 @@ absl::Status ParseLinearAttn(const json& obj, const std::string& path, int64_t n
                                  num_layers, "); the lists are 1-based"));
         return;
       }
-      if (kind[one_based - 1] != -1) {
+      if (!kind_of.emplace(one_based, value).second) {
         r.Fail(key, absl::StrCat("layer ", one_based, " is listed twice"));
         return;
       }
-      kind[one_based - 1] = value;
     }
   };
   mark(kda, "kda_layers", 0);
   mark(full, "full_attn_layers", 1);
-  for (int64_t l = 0; l < num_layers && r.status().ok(); ++l) {
-    if (kind[l] == -1) {
-      r.Fail("kda_layers", absl::StrCat("layer ", l + 1,
-                                        " is in neither kda_layers nor full_attn_layers"));
+  if (!r.status().ok()) return r.status();
+  // Every one of 1..num_layers listed: the first missing is at most one past the lists' length.
+  for (int64_t l = 1; l <= num_layers; ++l) {
+    if (!kind_of.contains(l)) {
+      r.Fail("kda_layers",
+             absl::StrCat("layer ", l, " is in neither kda_layers nor full_attn_layers"));
+      return r.status();
     }
   }
+  std::vector<int> kind(num_layers);
+  for (const auto& [one_based, value] : kind_of) kind[one_based - 1] = value;
   c.layer_kinds.clear();
   for (int k : kind) c.layer_kinds.push_back(k == 1 ? LayerKind::kMla : LayerKind::kKda);
   return r.Finish();

@@ -177,7 +177,9 @@ void HugePages::Seal() {
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path,
                                                                        WeightMemory memory) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO named as a shard would block the open (and then the read) forever; it is
+  // refused below as not a regular file, and reads of regular files ignore the flag.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
   }
@@ -187,6 +189,9 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   } closer{fd};
   struct stat st;
   if (::fstat(fd, &st) != 0) return absl::InternalError(absl::StrCat("cannot stat ", path));
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile);
   f->size_ = static_cast<size_t>(st.st_size);
   std::string header_text;
@@ -222,8 +227,12 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
                                                      " has unsupported dtype ",
                                                      e["dtype"].get<std::string>()));
     }
+    // The byte count of the shape, checked for overflow (a [2^40, 2^40] tensor "needed 0 bytes"
+    // and an empty entry matched it).
+    uint64_t bytes = DTypeSize(t.dtype);
     for (const auto& d : e["shape"]) {
-      if (!d.is_number_unsigned()) {
+      if (!d.is_number_unsigned() || __builtin_mul_overflow(bytes, d.get<uint64_t>(), &bytes) ||
+          bytes > (uint64_t{1} << 62)) {
         return Corrupt(path, absl::StrCat("tensor ", name, " has a bad shape ", e["shape"].dump()));
       }
       t.shape.push_back(d.get<int64_t>());

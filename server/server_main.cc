@@ -424,6 +424,14 @@ int Run(int argc, char** argv) {
     if (!tok.ok()) {
       return fail(1, absl::StrCat("cannot load tokenizer: ", tok.status().message()));
     }
+    // A token the model has no row for (an added token past config.json's vocab_size) would be
+    // refused only when a prompt holds it, as an internal error.
+    if ((*tok)->vocab_size() > b.model->config().vocab) {
+      return fail(1, absl::StrCat("the tokenizer has ", (*tok)->vocab_size(),
+                                  " ids (tiktoken.model and tokenizer_config.json) but the model's "
+                                  "vocab_size is ",
+                                  b.model->config().vocab));
+    }
     b.tokenizer = std::move(*tok);
     sched::LoopConfig lc;
     lc.scheduler = Pools(c, *b.model);

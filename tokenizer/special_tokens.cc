@@ -31,6 +31,10 @@ absl::StatusOr<SpecialTokens> SpecialTokens::FromTokenizerConfig(absl::string_vi
             absl::StrCat("tokenizer_config.json: added_tokens_decoder entry \"", key,
                          "\" is not {\"content\": string, ...} under a non-negative id"));
       }
+      if (id >= (1 << 30)) {  // the vocabulary's size is one past the largest id, an int32
+        return absl::InvalidArgumentError(absl::StrCat("tokenizer_config.json: added token id ", id,
+                                                       " is larger than any vocabulary"));
+      }
       if (id < num_base) {
         return absl::InvalidArgumentError(absl::StrCat("tokenizer_config.json: added token ", id,
                                                        " (", entry["content"].get<std::string>(),

@@ -21,6 +21,10 @@ constexpr size_t kQuadraticMaxBytes = 128;
 
 absl::StatusOr<BpeRanks> BpeRanks::Parse(absl::string_view text) {
   BpeRanks r;
+  // One rank per line, with room for gaps: a rank far past the line count is refused before the
+  // table is sized by it (one line of rank 2^30 - 1 asked for 32 GiB).
+  constexpr int64_t kMaxGap = 1 << 16;
+  const int64_t lines = static_cast<int64_t>(std::count(text.begin(), text.end(), '\n')) + 1;
   int line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;
@@ -34,9 +38,10 @@ absl::StatusOr<BpeRanks> BpeRanks::Parse(absl::string_view text) {
       return absl::InvalidArgumentError(
           absl::StrCat("tiktoken ranks: line ", line_no, " is not \"<base64 bytes> <rank>\""));
     }
-    if (rank >= (1 << 30)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tiktoken ranks: line ", line_no, ": rank ", rank, " is too large"));
+    if (rank >= lines + kMaxGap) {
+      return absl::InvalidArgumentError(absl::StrCat("tiktoken ranks: line ", line_no, ": rank ",
+                                                     rank, " is far past the file's ", lines,
+                                                     " lines (one rank per line)"));
     }
     if (static_cast<size_t>(rank) >= r.bytes_of_.size()) r.bytes_of_.resize(rank + 1);
     if (!r.bytes_of_[rank].empty() || !r.rank_of_.emplace(bytes, rank).second) {

@@ -1,6 +1,8 @@
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <climits>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -32,11 +34,16 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 // eos_token_id of config.json (top level or text_config) or generation_config.json: int or list.
 void CollectEosIds(const nlohmann::json& j, std::vector<int32_t>* ids) {
   if (!j.is_object()) return;
+  // Read as int64 and clamped, so that a value past int32 is refused by the range check of the
+  // caller rather than wrapped into some other id.
+  auto id_of = [](const nlohmann::json& v) {
+    return static_cast<int32_t>(std::clamp<int64_t>(v.get<int64_t>(), -1, INT32_MAX));
+  };
   auto add = [&](const nlohmann::json& v) {
-    if (v.is_number_integer()) ids->push_back(v.get<int32_t>());
+    if (v.is_number_integer()) ids->push_back(id_of(v));
     if (v.is_array()) {
       for (const auto& x : v) {
-        if (x.is_number_integer()) ids->push_back(x.get<int32_t>());
+        if (x.is_number_integer()) ids->push_back(id_of(x));
       }
     }
   };
@@ -137,9 +144,27 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& mo
   }
   std::sort(stops.begin(), stops.end());
   stops.erase(std::unique(stops.begin(), stops.end()), stops.end());
+  for (int32_t id : stops) {  // an id no token has would never stop anything
+    if (id < 0 || id >= tok->vocab_size_) {
+      return absl::InvalidArgumentError(absl::StrCat(model_dir, ": eos_token_id ", id,
+                                                     " is not a token id (the tokenizer has ",
+                                                     tok->vocab_size_, ")"));
+    }
+  }
   tok->stop_token_ids_ = std::move(stops);
 
-  if (auto source = ReadFile(model_dir + "/chat_template.jinja"); source.ok()) {
+  // A template that is there must be a file with something in it: a directory, or an empty file,
+  // loaded and then made every chat prompt "encode to no tokens".
+  const std::string template_path = model_dir + "/chat_template.jinja";
+  std::error_code ec;
+  if (std::filesystem::exists(template_path, ec) &&
+      !std::filesystem::is_regular_file(template_path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(template_path, ": not a regular file"));
+  }
+  if (auto source = ReadFile(template_path); source.ok()) {
+    if (source->find_first_not_of(" \t\r\n") == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(template_path, ": the template is empty"));
+    }
     auto tmpl = ChatTemplate::Parse(*source);
     if (!tmpl.ok()) {
       return absl::InvalidArgumentError(

@@ -106,6 +106,15 @@ TEST(ModelConfig, ErrorsNameTheKey) {
   EXPECT_TRUE(has(e, "model_type")) << e;
   e = ErrorAfter([](json& j) { j["mla_use_nope"] = false; });
   EXPECT_TRUE(has(e, "mla_use_nope")) << e;
+  // Values that once crashed the parse itself: a group count of 0 divided by (SIGFPE), and a
+  // layer count of 2^62 sized a table before any check (std::length_error).
+  e = ErrorAfter([](json& j) {
+    j["use_grouped_topk"] = true;
+    j["num_expert_group"] = 0;
+  });
+  EXPECT_TRUE(has(e, "num_expert_group") && has(e, "must be positive")) << e;
+  e = ErrorAfter([](json& j) { j["num_hidden_layers"] = int64_t{1} << 62; });
+  EXPECT_TRUE(has(e, "is in neither")) << e;
   EXPECT_FALSE(ParseModelConfig("{not json").ok());
   EXPECT_FALSE(ParseModelConfig("[1, 2]").ok());
 }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/engine/test_models.h"
+#include <sys/stat.h>
 
 namespace kimi {
 namespace {
@@ -130,6 +131,18 @@ TEST(Safetensors, DamagedFilesAreErrors) {
   const size_t f32 = dtype.find("\"F32\"");
   dtype.replace(f32, 5, "\"F8X\"");
   expect_error(dtype, "unsupported dtype");
+  // A shape whose byte count overflows (2^40 x 2^40 x 4 "needed 0 bytes").
+  std::string overflow = good;
+  overflow.replace(at, 5, "[1099511627776,1099511627776]");
+  const uint64_t grown = n + std::string("[1099511627776,1099511627776]").size() - 5;
+  std::memcpy(overflow.data(), &grown, 8);
+  expect_error(overflow, "bad shape");
+  // A FIFO named as a shard: refused at once (opening it blocked forever).
+  const std::string fifo = dir + "/fifo.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto f = SafetensorsFile::Open(fifo);
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("not a regular file"), std::string::npos) << f.status();
 }
 
 TEST(Checkpoint, MissingDirectoryAndBadIndex) {

@@ -43,6 +43,7 @@ TEST(BpeRanks, RejectsBadFiles) {
   EXPECT_FALSE(BpeRanks::Parse(ByteRanks() + "YWI=\n").ok());              // no rank
   EXPECT_FALSE(BpeRanks::Parse(ByteRanks() + "YWI= -3\n").ok());           // negative
   EXPECT_FALSE(BpeRanks::Parse(ByteRanks() + "YWI= 99999999999\n").ok());  // huge
+  EXPECT_FALSE(BpeRanks::Parse(ByteRanks() + "YWI= 1073741823\n").ok());   // 32 GiB of table
   EXPECT_TRUE(BpeRanks::Parse(ByteRanks() + "\nYWI= 300\r\n").ok());       // gaps, CRLF, blanks
 }
 

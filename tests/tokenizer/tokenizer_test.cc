@@ -1,5 +1,7 @@
 #include "tokenizer/tokenizer.h"
 
+#include <filesystem>
+
 #include <gtest/gtest.h>
 
 #include "tests/tokenizer/test_util.h"
@@ -54,6 +56,25 @@ TEST(Tokenizer, LoadErrorsNameTheFile) {
   auto bad_template = Tokenizer::Load(dir2);
   ASSERT_FALSE(bad_template.ok());
   EXPECT_NE(bad_template.status().message().find("macro"), std::string::npos);
+  // An empty template, or a directory in its place, loaded and then failed every chat prompt; an
+  // end-of-turn id no token has would never stop anything.
+  const std::string empty = WriteModelDir("load_empty_tmpl", ByteRanks(), false, "\n");
+  auto empty_template = Tokenizer::Load(empty);
+  ASSERT_FALSE(empty_template.ok());
+  EXPECT_NE(empty_template.status().message().find("chat_template.jinja: the template is empty"),
+            std::string::npos)
+      << empty_template.status();
+  const std::string folder = WriteModelDir("load_dir_tmpl", ByteRanks(), false);
+  std::filesystem::create_directory(folder + "/chat_template.jinja");
+  auto folder_template = Tokenizer::Load(folder);
+  ASSERT_FALSE(folder_template.ok());
+  EXPECT_NE(folder_template.status().message().find("not a regular file"), std::string::npos);
+  const std::string eos = WriteModelDir("load_bad_eos", ByteRanks(), false);
+  testing::WriteText(eos + "/generation_config.json", R"({"eos_token_id": 99999999999})");
+  auto bad_eos = Tokenizer::Load(eos);
+  ASSERT_FALSE(bad_eos.ok());
+  EXPECT_NE(bad_eos.status().message().find("is not a token id"), std::string::npos)
+      << bad_eos.status();
 }
 
 TEST(Tokenizer, SpecialTokensOnlyWhereAllowed) {

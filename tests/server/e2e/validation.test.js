@@ -2,6 +2,9 @@
 // RESOURCE_EXHAUSTED; nothing crashes or hangs, and the server keeps serving afterwards.
 'use strict';
 const assert = require('assert');
+const { spawnSync } = require('child_process');
+const fs = require('fs');
+const path = require('path');
 const h = require('./harness');
 
 (async () => {
@@ -93,6 +96,23 @@ const h = require('./harness');
       const later = await h.generate(h.client(loading), ok);
       assert.strictEqual(later.status.code, 0, later.status.details);
       await loading.stop();
+    }],
+    ['a tokenizer with ids past the model\'s vocabulary is refused at start-up', async () => {
+      // The model's files linked, its tokenizer_config.json with one added token past vocab_size:
+      // it loaded, and a prompt holding that token failed as an internal error.
+      const dir = h.tmpdir('kimi-vocab-');
+      for (const f of fs.readdirSync(h.modelDir)) {
+        if (f !== 'tokenizer_config.json') fs.symlinkSync(path.join(h.modelDir, f), path.join(dir, f));
+      }
+      const cfg = JSON.parse(fs.readFileSync(path.join(h.modelDir, 'tokenizer_config.json'), 'utf8'));
+      cfg.added_tokens_decoder['100000000'] = { content: '<|x|>', special: true };
+      fs.writeFileSync(path.join(dir, 'tokenizer_config.json'), JSON.stringify(cfg));
+      const r = spawnSync(path.join(h.build, 'bin/kimi-server'),
+                          ['--model', dir, '--listen', '127.0.0.1:0', '--metrics-listen', '127.0.0.1:0'],
+                          { encoding: 'utf8', timeout: 60000 });
+      assert.strictEqual(r.status, 1, r.stderr + r.stdout);
+      assert.ok(/the tokenizer has 100000001 ids .* vocab_size is \d+/.test(r.stderr + r.stdout),
+                r.stderr + r.stdout);
     }],
     ['the server still serves', async () => {
       const r = await h.generate(c, ok);
