@@ -235,8 +235,13 @@ absl::Status ParseTextModel(const json& obj, const std::string& path, ModelConfi
   if (c.attn_res_block < 0) r.Fail("attn_res_block_size", "must be >= 0");
   // Kimi Linear publishes model_max_length, K3 max_position_embeddings; nothing depends on either
   // (no RoPE), they only bound requests.
-  c.max_context = r.Int("max_position_embeddings", 0);
-  if (c.max_context == 0) c.max_context = r.Int("model_max_length", 0);
+  // Both may be given (each is read, so neither is an unknown key); a negative one is an error,
+  // not a silent 1M context; neither, or 0, means 1M.
+  const int64_t positions = r.Int("max_position_embeddings", 0);
+  const int64_t max_length = r.Int("model_max_length", 0);
+  if (positions < 0) r.Fail("max_position_embeddings", "must be >= 0");
+  if (max_length < 0) r.Fail("model_max_length", "must be >= 0");
+  c.max_context = positions > 0 ? positions : max_length;
   if (c.max_context <= 0) c.max_context = 1 << 20;
 
   // MLA.

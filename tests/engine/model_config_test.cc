@@ -115,6 +115,9 @@ TEST(ModelConfig, ErrorsNameTheKey) {
   EXPECT_TRUE(has(e, "num_expert_group") && has(e, "must be positive")) << e;
   e = ErrorAfter([](json& j) { j["num_hidden_layers"] = int64_t{1} << 62; });
   EXPECT_TRUE(has(e, "is in neither")) << e;
+  // A negative context was a silent 1M one.
+  e = ErrorAfter([](json& j) { j["model_max_length"] = -5; });
+  EXPECT_TRUE(has(e, "model_max_length") && has(e, ">= 0")) << e;
   EXPECT_FALSE(ParseModelConfig("{not json").ok());
   EXPECT_FALSE(ParseModelConfig("[1, 2]").ok());
 }
