@@ -159,6 +159,13 @@ SchedulerStats Scheduler::Stats() const {
   s.slots_total = slots_.capacity();
   s.pages_used = pages_.used();
   s.pages_total = pages_.capacity();
+  // Pages no running request holds are the prefix cache's alone (waiting requests hold none, and
+  // swapped ones hold host copies).
+  std::vector<int32_t> held;
+  for (const Request* r : running_) held.insert(held.end(), r->pages.begin(), r->pages.end());
+  std::sort(held.begin(), held.end());
+  held.erase(std::unique(held.begin(), held.end()), held.end());
+  s.pages_cached = s.pages_used - static_cast<int64_t>(held.size());
   s.attn_res_bytes_total = AttnResCacheBytes(model_, token_budget_);
   // The block cache lives for a step: with nothing running the last step's figure is stale.
   if (running_.empty()) s.attn_res_bytes_used = 0;

@@ -72,6 +72,7 @@ struct SchedulerStats {
   int64_t waiting = 0, running = 0, swapped = 0;
   int64_t slots_used = 0, slots_total = 0;
   int64_t pages_used = 0, pages_total = 0;
+  int64_t pages_cached = 0;  // of pages_used, those only the prefix cache holds (freed on demand)
   int64_t attn_res_bytes_used = 0, attn_res_bytes_total = 0;  // this step's AttnRes cache
   int64_t preempt_swap = 0, preempt_recompute = 0;
   int64_t prefix_queries = 0, prefix_hits = 0, prefix_saved_tokens = 0;

@@ -110,8 +110,12 @@ Metrics::Metrics() : impl_(std::make_unique<Impl>()) {
                    .Help("Requests preempted to host memory").Register(r);
   m.kda_slots = &p::BuildGauge().Name("kimi_kda_state_slots")
                      .Help("KDA state slots (state=used|total)").Register(r);
-  m.kv_pages = &p::BuildGauge().Name("kimi_mla_kv_pages")
-                    .Help("MLA KV cache pages (state=used|total)").Register(r);
+  m.kv_pages = &p::BuildGauge()
+                    .Name("kimi_mla_kv_pages")
+                    .Help(
+                        "MLA KV cache pages (state=used|total; cached: of used, those only the "
+                        "prefix cache holds, freed on demand)")
+                    .Register(r);
   m.attn_res = &p::BuildGauge().Name("kimi_attn_res_cache_bytes")
                     .Help("AttnRes block cache bytes of the last step and its budget "
                           "(state=used|total)")
@@ -165,6 +169,7 @@ Metrics::Metrics() : impl_(std::make_unique<Impl>()) {
     m.kv_pages->Add({{"state", st}});
     m.attn_res->Add({{"state", st}});
   }
+  m.kv_pages->Add({{"state", "cached"}});
 }
 
 Metrics::~Metrics() = default;
@@ -198,6 +203,7 @@ void Metrics::SetPools(const sched::SchedulerStats& s) {
   m.kda_slots->Add({{"state", "total"}}).Set(static_cast<double>(s.slots_total));
   m.kv_pages->Add({{"state", "used"}}).Set(static_cast<double>(s.pages_used));
   m.kv_pages->Add({{"state", "total"}}).Set(static_cast<double>(s.pages_total));
+  m.kv_pages->Add({{"state", "cached"}}).Set(static_cast<double>(s.pages_cached));
   m.attn_res->Add({{"state", "used"}}).Set(static_cast<double>(s.attn_res_bytes_used));
   m.attn_res->Add({{"state", "total"}}).Set(static_cast<double>(s.attn_res_bytes_total));
   std::lock_guard<std::mutex> lock(m.mu);

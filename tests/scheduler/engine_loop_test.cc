@@ -132,6 +132,9 @@ TEST_P(LoopTest, PrefixCacheEqualsColdRun) {
   const std::vector<int32_t> prompt = Prompt(200, V, 5);
   ASSERT_TRUE(cached.Submit(Spec("turn1", prompt, 80, greedy), {}, first).ok());
   RunAll(cached);
+  // Finished: what pages are still used, the prefix cache alone holds.
+  EXPECT_GT(cached.Stats().pages_used, 0);
+  EXPECT_EQ(cached.Stats().pages_cached, cached.Stats().pages_used);
   // Turn 2 = turn 1 + its answer + new tokens: snapshots from prefill (64..192) and from
   // decode (256) are both on its path; the deepest (256) is used.
   std::vector<int32_t> turn2 = prompt;

@@ -44,6 +44,9 @@ const h = require('./harness');
       assert.ok(h.metric(text, 'kimi_requests_rejected_total{code="INVALID_ARGUMENT"}') >= 1);
       assert.ok(h.metric(text, 'kimi_kda_state_slots{state="total"}') > 0);
       assert.ok(h.metric(text, 'kimi_mla_kv_pages{state="total"}') > 0);
+      // Idle: every page still used is the prefix cache's alone.
+      assert.strictEqual(h.metric(text, 'kimi_mla_kv_pages{state="cached"}'),
+                         h.metric(text, 'kimi_mla_kv_pages{state="used"}'));
       assert.ok(h.metric(text, 'kimi_attn_res_cache_bytes{state="total"}') > 0);
       // Idle after the requests: nothing holds a slot, a page or the block cache.
       for (const series of ['kimi_requests_running', 'kimi_kda_state_slots{state="used"}',
