@@ -159,6 +159,9 @@ class GenerateStream : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   void Reject(const absl::Status& s, const char* what) {
     if (backend_->metrics) backend_->metrics->OnRejected(what);
+    // At debug level: a flood of bad requests must not flood the log at info; the counter has them.
+    spdlog::debug("request refused from {}: {} {}", ctx_->peer(), what,
+                  absl::Utf8SafeCEscape(std::string(s.message())));
     std::lock_guard<std::mutex> lock(shared_->mu);
     FinishLocked(ToGrpcStatus(s));
   }
