@@ -1,6 +1,7 @@
 // A Jinja subset, enough for chat templates, rendering to a Prompt (text pieces marked trusted or
 // not; see chat_format.h). Environment as HF transformers renders chat templates: trim_blocks and
-// lstrip_blocks on, loop controls on.
+// lstrip_blocks on, loop controls on, keep_trailing_newline off (one newline at the end of the
+// source goes), and \r\n and \r in the source read as \n.
 //
 // Supported:
 //   {{ expr }}, {% if %}/{% elif %}/{% else %}/{% endif %}, {% for x in xs %} and

@@ -110,16 +110,30 @@ absl::StatusOr<std::vector<Chunk>> Lex(absl::string_view src) {
     pos = end + 2;
     if (right_strip) {
       strip_next_text = true;
-    } else if (type != '{') {  // trim_blocks: one newline after a block or comment tag goes
-      if (src.substr(pos, 2) == "\r\n") {
-        pos += 2;
-      } else if (pos < src.size() && src[pos] == '\n') {
-        pos += 1;
-      }
+    } else if (type != '{' && pos < src.size() && src[pos] == '\n') {
+      ++pos;  // trim_blocks: one newline after a block or comment tag goes (\r\n is \n by now)
     }
     if (pos == src.size()) break;
   }
   return chunks;
+}
+
+// As jinja2 reads a source (keep_trailing_newline off): \r\n and \r become \n everywhere, text and
+// string literals alike, and one newline at the very end goes (HF renders templates so, and a kept
+// newline is one more token in every prompt).
+std::string NormalizeNewlines(absl::string_view src) {
+  std::string out;
+  out.reserve(src.size());
+  for (size_t i = 0; i < src.size(); ++i) {
+    if (src[i] == '\r') {
+      out += '\n';
+      if (i + 1 < src.size() && src[i + 1] == '\n') ++i;
+    } else {
+      out += src[i];
+    }
+  }
+  if (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
 }
 
 struct Tok {
@@ -732,7 +746,7 @@ Template::Template() = default;
 Template::~Template() = default;
 
 absl::StatusOr<std::unique_ptr<Template>> Template::Parse(absl::string_view source) {
-  auto chunks = Lex(source);
+  auto chunks = Lex(NormalizeNewlines(source));
   if (!chunks.ok()) return chunks.status();
   auto body = Parser(*std::move(chunks)).Run();
   if (!body.ok()) return body.status();

@@ -87,6 +87,19 @@ TEST(Jinja, Filters) {
   EXPECT_EQ(Render(R"({{ "quote\"\n" | tojson }})"), R"("quote\"\n")");
 }
 
+// jinja2 (keep_trailing_newline off) drops one newline at the end of the source and reads \r\n
+// and \r as \n, in text and string literals alike.
+TEST(Jinja, SourceNewlinesAsJinja2) {
+  EXPECT_EQ(Render("a\n"), "a");
+  EXPECT_EQ(Render("a\n\n"), "a\n");
+  EXPECT_EQ(Render("a\r\nb\rc\r\n"), "a\nb\nc");
+  EXPECT_EQ(Render("{% if true %}x{% endif %}\n\n"), "x");
+  EXPECT_EQ(Render("{{ 'a\r\nb' }}"), "a\nb");
+  EXPECT_EQ(Render("x\r\n  {% if true %}\r\ny{% endif %}\r\n"), "x\ny");
+  EXPECT_EQ(Render("\n"), "");
+  EXPECT_NE(Render("l1\r\nl2\r{% if %}").find("line 3"), std::string::npos);
+}
+
 TEST(Jinja, TaintFollowsRequestData) {
   auto t = Template::Parse("<{{ name }}>{{ 'lit' }}{{ name ~ '!' }}{{ obj | tojson }}{{ n }}");
   ASSERT_TRUE(t.ok());
