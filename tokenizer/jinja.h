@@ -10,11 +10,12 @@
 //   {% continue %}, {# comments #}, whitespace control `-` (and `+` to keep lstrip off).
 //   Expressions: literals (strings, ints, floats, true/false/none in either case, lists, tuples,
 //   dicts), names, `.attr`, `[index]`, `[a:b]` slices, `a if c else b`, or/and/not, == != < <= >
-//   >=, in / not in, is [not] TEST, + - * / // %, ~, unary -. Tests: defined undefined none string
+//   >=, in / not in (chained as in Python: a < b < c), is [not] TEST, + - * / // %, ~, unary -
+//   (filters and tests apply to its result: -1|abs is 1). Tests: defined undefined none string
 //   number integer float boolean mapping iterable sequence true false odd even. Filters:
-//   tojson(indent=None, separators=(a,b)), length/count, string, trim, upper, lower, capitalize,
-//   default/d, first, last, join, list, int, float, items, safe, abs, replace. Functions:
-//   raise_exception(msg) (a clean error), namespace(k=v, ...), range(...). Methods:
+//   tojson(indent=None, separators=(a,b)), length/count (0 for undefined), string, trim, upper,
+//   lower, capitalize, default/d, first, last, join, list, int, float, items, safe, abs, replace.
+//   Functions: raise_exception(msg) (a clean error), namespace(k=v, ...), range(...). Methods:
 //   str.startswith/endswith/strip/lstrip/rstrip/split/upper/lower/replace,
 //   dict.get/items/keys/values, list.append/pop. Undefined values render as "", are falsy and
 //   iterate as empty (Jinja's default Undefined, minus its errors on attribute access).

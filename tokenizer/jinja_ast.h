@@ -25,6 +25,7 @@ struct Expr {
     kTest,     // args[0] is [not] name(args[1..])
     kUnary,    // name: "not" | "-"
     kBinary,   // name: operator; args[0], args[1]
+    kCompare,  // args[0] ops[0] args[1] ops[1] args[2] ...: a chain, as Python's a < b < c
     kCond,     // args[0] if args[1] else args[2] (args[2] may be null)
     kList,     // [args...] (also tuples)
     kDict,     // {kwargs...}: keys are expressions in args (even), values (odd)
@@ -33,6 +34,7 @@ struct Expr {
   int line = 0;
   Value literal;
   std::string name;
+  std::vector<std::string> ops;  // kCompare
   bool negated = false;
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;

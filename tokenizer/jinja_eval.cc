@@ -187,6 +187,17 @@ class Renderer {
       }
       case Expr::Kind::kBinary:
         return BinaryOp(e);
+      case Expr::Kind::kCompare: {
+        Value l = Eval(*e.args[0]);
+        for (size_t k = 0; k < e.ops.size(); ++k) {
+          Value r = Eval(*e.args[k + 1]);
+          if (!status_.ok()) return {};
+          const Value c = Compare(e.ops[k], l, r, e.line);
+          if (!c.Truthy()) return c;
+          l = std::move(r);
+        }
+        return Value::Bool(true);
+      }
       case Expr::Kind::kCond: {
         if (Eval(*e.args[1]).Truthy()) return Eval(*e.args[0]);
         return e.args[2] ? Eval(*e.args[2]) : Value();
@@ -286,38 +297,12 @@ class Renderer {
     const Value l = Eval(*e.args[0]);
     const Value r = Eval(*e.args[1]);
     if (!status_.ok()) return {};
-    if (op == "==") return Value::Bool(Equals(l, r));
-    if (op == "!=") return Value::Bool(!Equals(l, r));
-    if (op == "in" || op == "not in") {
-      bool found = false;
-      if (r.is_string() && l.is_string()) {
-        found = absl::StrContains(r.s, l.s);
-      } else if (r.is_list()) {
-        for (const Value& x : *r.list) found = found || Equals(x, l);
-      } else if (r.is_dict() && l.is_string()) {
-        found = r.dict->Get(l.s) != nullptr;
-      } else if (!r.is_undefined() && !r.is_none()) {
-        Fail(e.line, absl::StrCat("'in' needs a string, list or dict, not ", Describe(r)));
-      }
-      return Value::Bool(op == "in" ? found : !found);
+    if (op == "==" || op == "!=" || op == "in" || op == "not in" || op == "<" || op == ">" ||
+        op == "<=" || op == ">=") {
+      return Compare(op, l, r, e.line);
     }
     if (op == "~") {
       return TaintedStr(ToPythonStr(l) + ToPythonStr(r), l.DeepTainted() || r.DeepTainted());
-    }
-    if (op == "<" || op == ">" || op == "<=" || op == ">=") {
-      int cmp = 0;
-      if (l.is_number() && r.is_number()) {
-        cmp = l.AsDouble() < r.AsDouble() ? -1 : l.AsDouble() > r.AsDouble() ? 1 : 0;
-      } else if (l.is_string() && r.is_string()) {
-        cmp = l.s.compare(r.s);
-      } else {
-        Fail(e.line, absl::StrCat("cannot compare ", Describe(l), " and ", Describe(r)));
-        return {};
-      }
-      if (op == "<") return Value::Bool(cmp < 0);
-      if (op == ">") return Value::Bool(cmp > 0);
-      if (op == "<=") return Value::Bool(cmp <= 0);
-      return Value::Bool(cmp >= 0);
     }
     if (op == "+" && l.is_string() && r.is_string()) {
       return TaintedStr(l.s + r.s, l.tainted || r.tainted);
@@ -353,6 +338,38 @@ class Renderer {
     Fail(e.line,
          absl::StrCat("unsupported operands for '", op, "': ", Describe(l), " and ", Describe(r)));
     return {};
+  }
+
+  // One comparison operator (== != < > <= >= in, not in).
+  Value Compare(const std::string& op, const Value& l, const Value& r, int line) {
+    if (op == "==") return Value::Bool(Equals(l, r));
+    if (op == "!=") return Value::Bool(!Equals(l, r));
+    if (op == "in" || op == "not in") {
+      bool found = false;
+      if (r.is_string() && l.is_string()) {
+        found = absl::StrContains(r.s, l.s);
+      } else if (r.is_list()) {
+        for (const Value& x : *r.list) found = found || Equals(x, l);
+      } else if (r.is_dict() && l.is_string()) {
+        found = r.dict->Get(l.s) != nullptr;
+      } else if (!r.is_undefined() && !r.is_none()) {
+        Fail(line, absl::StrCat("'in' needs a string, list or dict, not ", Describe(r)));
+      }
+      return Value::Bool(op == "in" ? found : !found);
+    }
+    int cmp = 0;
+    if (l.is_number() && r.is_number()) {
+      cmp = l.AsDouble() < r.AsDouble() ? -1 : l.AsDouble() > r.AsDouble() ? 1 : 0;
+    } else if (l.is_string() && r.is_string()) {
+      cmp = l.s.compare(r.s);
+    } else {
+      Fail(line, absl::StrCat("cannot compare ", Describe(l), " and ", Describe(r)));
+      return {};
+    }
+    if (op == "<") return Value::Bool(cmp < 0);
+    if (op == ">") return Value::Bool(cmp > 0);
+    if (op == "<=") return Value::Bool(cmp <= 0);
+    return Value::Bool(cmp >= 0);
   }
 
   bool Test(const Expr& e) {
@@ -409,6 +426,8 @@ class Renderer {
       return TaintedStr(PythonJsonDumps(ToJson(v), item_sep, key_sep), taint);
     }
     if (f == "length" || f == "count") {
+      // jinja2's Undefined has length 0: `tools|length > 0` with no tools is false, not an error.
+      if (v.is_undefined()) return Value::Int(0);
       const int64_t n = PythonLength(v);
       if (n < 0) {
         Fail(e.line, absl::StrCat("length of ", Describe(v)));

@@ -431,27 +431,37 @@ class Parser {
     }
     return Compare();
   }
+  // `a < b < c` is one chain (a < b and b < c, b evaluated once), as in jinja2 and Python; a single
+  // comparison stays a plain binary node.
   ExprPtr Compare() {
-    ExprPtr e = Math1();
+    ExprPtr first = Math1();
+    auto chain = MakeExpr(Expr::Kind::kCompare);
     while (status_.ok()) {
       const Tok& t = Peek();
+      std::string op;
       if (t.kind == Tok::Kind::kOp && (t.text == "==" || t.text == "!=" || t.text == "<" ||
                                        t.text == ">" || t.text == "<=" || t.text == ">=")) {
-        const std::string op = Next().text;
-        e = Binary(op, std::move(e), Math1());
+        op = Next().text;
       } else if (IsName("in")) {
         Next();
-        e = Binary("in", std::move(e), Math1());
+        op = "in";
       } else if (IsName("not") && ti_ + 1 < toks_.size() &&
                  toks_[ti_ + 1].kind == Tok::Kind::kName && toks_[ti_ + 1].text == "in") {
         Next();
         Next();
-        e = Binary("not in", std::move(e), Math1());
+        op = "not in";
       } else {
         break;
       }
+      if (chain->args.empty()) chain->args.push_back(std::move(first));
+      chain->ops.push_back(op);
+      chain->args.push_back(Math1());
     }
-    return e;
+    if (chain->ops.empty()) return first;
+    if (chain->ops.size() == 1) {
+      return Binary(chain->ops[0], std::move(chain->args[0]), std::move(chain->args[1]));
+    }
+    return chain;
   }
   ExprPtr Math1() {
     ExprPtr e = Concat();
@@ -478,21 +488,28 @@ class Parser {
     if (IsOp("**")) Fail(line_, "unsupported operator '**'");
     return e;
   }
-  ExprPtr Unary() {
+  // As jinja2's parse_unary: filters and tests apply to the negated value (`-1|abs` is 1, `-x is
+  // odd` tests -x), and the operand of a sign takes no filters of its own.
+  ExprPtr Unary(bool with_filters = true) {
+    ExprPtr e;
     if (IsOp("-") || IsOp("+")) {
       const std::string op = Next().text;
       if (!Deeper()) return MakeExpr(Expr::Kind::kLiteral);
-      ExprPtr inner = Unary();
+      ExprPtr inner = Unary(/*with_filters=*/false);
       --depth_;
-      if (op == "+") return inner;
-      auto e = MakeExpr(Expr::Kind::kUnary);
-      e->name = "-";
-      e->args.push_back(std::move(inner));
-      return e;
+      if (op == "+") {
+        e = std::move(inner);
+      } else {
+        e = MakeExpr(Expr::Kind::kUnary);
+        e->name = "-";
+        e->args.push_back(std::move(inner));
+      }
+    } else {
+      e = Primary();
     }
-    ExprPtr e = Postfix(Primary());
-    // Filters and tests bind tighter than any operator.
-    while (status_.ok()) {
+    e = Postfix(std::move(e));
+    // Filters and tests bind tighter than any binary operator.
+    while (with_filters && status_.ok()) {
       if (IsOp("|")) {
         Next();
         auto f = MakeExpr(Expr::Kind::kFilter);

@@ -100,6 +100,20 @@ TEST(Jinja, SourceNewlinesAsJinja2) {
   EXPECT_NE(Render("l1\r\nl2\r{% if %}").find("line 3"), std::string::npos);
 }
 
+// Filters and tests apply after unary minus; comparisons chain; undefined has length 0.
+TEST(Jinja, OperatorsAsJinja2) {
+  EXPECT_EQ(Render("{{ -1|abs }} {{ -n|abs }} {{ -n is odd }} {{ - -2|abs }} {{ -obj.num }}"),
+            "1 3 True 2 -2.5");
+  EXPECT_EQ(Render("{{ 2 * -1|abs }} {{ -n|string }}"), "2 -3");
+  EXPECT_EQ(Render("{{ missing|length }} {% if tools|length > 0 %}t{% else %}none{% endif %}"),
+            "0 none");
+  EXPECT_EQ(Render("{{ 2 == 2 == 2 }} {{ 1 < 2 < 3 }} {{ 3 > 2 < 1 }} {{ 1 < n <= 3 }} "
+                   "{{ 'a' in items == true }} {{ 1 == 1 != 2 }}"),
+            "True True False True False True");  // 'a' in items and items == true
+  // The chain stops at the first false link, like Python: the bad comparison is never made.
+  EXPECT_EQ(Render("{{ 2 < 1 < 'x' }}"), "False");
+}
+
 TEST(Jinja, TaintFollowsRequestData) {
   auto t = Template::Parse("<{{ name }}>{{ 'lit' }}{{ name ~ '!' }}{{ obj | tojson }}{{ n }}");
   ASSERT_TRUE(t.ok());
