@@ -3,14 +3,13 @@
 #include <map>
 #include <string>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "tokenizer/jinja.h"
 #include "tokenizer/jinja_ast.h"
+#include "tokenizer/jinja_str.h"
 
 namespace kimi::tokenizer::jinja {
 namespace {
@@ -437,15 +436,15 @@ class Renderer {
     }
     if (f == "string") return TaintedStr(ToPythonStr(v), taint);
     if (f == "safe") return v;
-    if (f == "trim")
-      return TaintedStr(std::string(absl::StripAsciiWhitespace(ToPythonStr(v))), taint);
-    if (f == "upper") return TaintedStr(absl::AsciiStrToUpper(ToPythonStr(v)), taint);
-    if (f == "lower") return TaintedStr(absl::AsciiStrToLower(ToPythonStr(v)), taint);
-    if (f == "capitalize") {
-      std::string s = absl::AsciiStrToLower(ToPythonStr(v));
-      if (!s.empty()) s[0] = absl::ascii_toupper(s[0]);
-      return TaintedStr(std::move(s), taint);
+    // jinja2's string filters are str(value) then Python's str method, Unicode case and all.
+    if (f == "trim" && (args.empty() || arg(0).is_string() || arg(0).is_none())) {
+      const std::string* chars = arg(0).is_string() ? &args[0].s : nullptr;
+      return TaintedStr(PyStrip(ToPythonStr(v), chars, true, true), taint);
     }
+    if (f == "upper") return TaintedStr(PyUpper(ToPythonStr(v)), taint);
+    if (f == "lower") return TaintedStr(PyLower(ToPythonStr(v)), taint);
+    if (f == "capitalize") return TaintedStr(PyCapitalize(ToPythonStr(v)), taint);
+    if (f == "title") return TaintedStr(JinjaTitle(ToPythonStr(v)), taint);
     if (f == "default" || f == "d") {
       const bool boolean = arg(1).Truthy();
       if (v.is_undefined() || (boolean && !v.Truthy()))
@@ -497,8 +496,18 @@ class Renderer {
       return v.kind == Value::Kind::kInt ? Value::Int(v.i < 0 ? -v.i : v.i)
                                          : Value::Float(std::fabs(v.f));
     }
-    if (f == "replace" && v.is_string() && arg(0).is_string() && arg(1).is_string()) {
-      return TaintedStr(absl::StrReplaceAll(v.s, {{arg(0).s, arg(1).s}}),
+    if (f == "replace" && args.size() >= 2 && args.size() <= 3) {
+      // jinja2: str(s).replace(str(old), str(new), count), count None or absent for all.
+      Value count = arg(2);
+      for (const auto& [key, expr] : e.kwargs) {
+        if (key == "count") count = Eval(*expr);
+      }
+      if (!count.is_undefined() && !count.is_none() && count.kind != Value::Kind::kInt) {
+        Fail(e.line, "replace's count must be an integer");
+        return {};
+      }
+      const int64_t n = count.kind == Value::Kind::kInt ? count.i : -1;
+      return TaintedStr(PyReplace(ToPythonStr(v), ToPythonStr(arg(0)), ToPythonStr(arg(1)), n),
                         taint || arg(1).DeepTainted());
     }
     Fail(e.line, absl::StrCat("unsupported Jinja filter '", f, "' on ", Describe(v)));
@@ -606,15 +615,15 @@ class Renderer {
         return Value::Bool(m == "startswith" ? absl::StartsWith(s, *arg_str(0))
                                              : absl::EndsWith(s, *arg_str(0)));
       }
-      if ((m == "strip" || m == "lstrip" || m == "rstrip") && args.empty()) {
-        absl::string_view v = s;
-        if (m != "rstrip") v = absl::StripLeadingAsciiWhitespace(v);
-        if (m != "lstrip") v = absl::StripTrailingAsciiWhitespace(v);
-        return Value::Str(std::string(v), obj.tainted);
+      if ((m == "strip" || m == "lstrip" || m == "rstrip") &&
+          (args.empty() || (args.size() == 1 && (arg_str(0) || args[0].is_none())))) {
+        return Value::Str(PyStrip(s, arg_str(0), m != "rstrip", m != "lstrip"), obj.tainted);
       }
-      if (m == "upper" || m == "lower") {
-        return Value::Str(m == "upper" ? absl::AsciiStrToUpper(s) : absl::AsciiStrToLower(s),
-                          obj.tainted);
+      if (args.empty()) {
+        if (m == "upper") return Value::Str(PyUpper(s), obj.tainted);
+        if (m == "lower") return Value::Str(PyLower(s), obj.tainted);
+        if (m == "title") return Value::Str(PyTitle(s), obj.tainted);
+        if (m == "capitalize") return Value::Str(PyCapitalize(s), obj.tainted);
       }
       if (m == "split" && (args.empty() || arg_str(0))) {
         ValueList out;
@@ -630,8 +639,9 @@ class Renderer {
         }
         return Value::List(std::move(out));
       }
-      if (m == "replace" && arg_str(0) && arg_str(1) && !arg_str(0)->empty()) {
-        return Value::Str(absl::StrReplaceAll(s, {{*arg_str(0), *arg_str(1)}}),
+      if (m == "replace" && arg_str(0) && arg_str(1) &&
+          (args.size() == 2 || (args.size() == 3 && args[2].kind == Value::Kind::kInt))) {
+        return Value::Str(PyReplace(s, *arg_str(0), *arg_str(1), args.size() == 3 ? args[2].i : -1),
                           obj.tainted || args[1].tainted);
       }
     }

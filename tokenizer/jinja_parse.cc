@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "tokenizer/jinja.h"
 #include "tokenizer/jinja_ast.h"
+#include "tokenizer/jinja_str.h"
 
 namespace kimi::tokenizer::jinja {
 namespace {
@@ -144,6 +145,39 @@ struct Tok {
   double f = 0;
 };
 
+// The character of a one-letter Python escape (\n, \t, ...), or 0.
+char SimpleEscape(char e) {
+  switch (e) {
+    case 'n':
+      return '\n';
+    case 't':
+      return '\t';
+    case 'r':
+      return '\r';
+    case 'a':
+      return '\a';
+    case 'b':
+      return '\b';
+    case 'f':
+      return '\f';
+    case 'v':
+      return '\v';
+    case '\\':
+    case '\'':
+    case '"':
+      return e;
+    default:
+      return 0;
+  }
+}
+
+int HexDigit(char h) {
+  if (h >= '0' && h <= '9') return h - '0';
+  if (h >= 'a' && h <= 'f') return h - 'a' + 10;
+  if (h >= 'A' && h <= 'F') return h - 'A' + 10;
+  return -1;
+}
+
 absl::StatusOr<std::vector<Tok>> Tokenize(absl::string_view s, int line) {
   std::vector<Tok> toks;
   auto error = [&](absl::string_view what) {
@@ -192,33 +226,42 @@ absl::StatusOr<std::vector<Tok>> Tokenize(absl::string_view s, int line) {
       std::string out;
       size_t j = i + 1;
       for (; j < s.size() && s[j] != c; ++j) {
-        if (s[j] == '\\' && j + 1 < s.size()) {
-          const char e = s[++j];
-          switch (e) {
-            case 'n':
-              out += '\n';
-              break;
-            case 't':
-              out += '\t';
-              break;
-            case 'r':
-              out += '\r';
-              break;
-            case '\\':
-              out += '\\';
-              break;
-            case '\'':
-              out += '\'';
-              break;
-            case '"':
-              out += '"';
-              break;
-            default:
-              out += '\\';
-              out += e;
-          }
-        } else {
+        if (s[j] != '\\' || j + 1 >= s.size()) {
           out += s[j];
+          continue;
+        }
+        // Python's string escapes, as jinja2 decodes literals (unicode-escape): an unknown one
+        // keeps its backslash.
+        const char e = s[++j];
+        const char simple = SimpleEscape(e);
+        if (simple) {
+          out += simple;
+        } else if (e == '\n') {
+          // A backslash before a line break joins the lines.
+        } else if (e >= '0' && e <= '7') {
+          uint32_t v = e - '0';
+          for (int k = 0; k < 2 && j + 1 < s.size() && s[j + 1] >= '0' && s[j + 1] <= '7'; ++k)
+            v = v * 8 + (s[++j] - '0');
+          AppendUtf8(v, &out);
+        } else if (e == 'x' || e == 'u' || e == 'U') {
+          const size_t digits = e == 'x' ? 2 : e == 'u' ? 4 : 8;
+          uint32_t v = 0;
+          for (size_t k = 0; k < digits; ++k) {
+            const int d = j + 1 < s.size() ? HexDigit(s[j + 1]) : -1;
+            if (d < 0) return error(absl::StrCat("truncated \\", std::string(1, e), " escape"));
+            v = v * 16 + static_cast<uint32_t>(d);
+            ++j;
+          }
+          if (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) {
+            return error(
+                absl::StrCat("escape \\", std::string(1, e), " is not a Unicode scalar value"));
+          }
+          AppendUtf8(v, &out);
+        } else if (e == 'N') {
+          return error("unsupported escape \\N{...} (write the character itself)");
+        } else {
+          out += '\\';
+          out += e;
         }
       }
       if (j >= s.size()) return error("unterminated string literal");

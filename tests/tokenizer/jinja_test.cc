@@ -114,6 +114,46 @@ TEST(Jinja, OperatorsAsJinja2) {
   EXPECT_EQ(Render("{{ 2 < 1 < 'x' }}"), "False");
 }
 
+// str.replace and the replace filter take a count; string literals decode Python's escapes.
+TEST(Jinja, ReplaceCountAndLiteralEscapes) {
+  EXPECT_EQ(
+      Render(
+          R"({{ 'aaa'.replace('a', 'b', 2) }} {{ 'aaa'|replace('a', 'b', 2) }} {{ 'aaa'|replace('a', 'b') }} {{ 'aaa'.replace('a', 'b', 0) }} {{ 'aaa'.replace('a', 'b', -1) }})"),
+      "bba bba bbb aaa bbb");
+  EXPECT_EQ(
+      Render(
+          R"({{ 'ab'.replace('', '-') }} {{ 'ab'|replace('', '-', 2) }} {{ 125|replace(2, 9) }} {{ 'aXa'|replace('a', 'é', count=1) }})"),
+      "-a-b- -a-b 195 éXa");
+  EXPECT_EQ(Render(R"({{ '\u00e9\x41\U0001F600|\t|\\|\'|\"|\101|\q|\a|\x7e' }})"),
+            "éA😀|\t|\\|'|\"|A|\\q|\007|~");
+  EXPECT_EQ(Render(R"({{ "\u00E9t\u00e9" ~ '\n' }})"), "été\n");
+  // An escape that Python rejects is a parse error, not text.
+  EXPECT_NE(Render(R"({{ '\x4' }})").find("truncated \\x escape"), std::string::npos);
+  EXPECT_NE(Render(R"({{ '\ud800' }})").find("not a Unicode scalar value"), std::string::npos);
+}
+
+// Case mapping is Python's beyond ASCII (Latin-1, Latin Extended-A, Greek, Cyrillic; ß upper is SS,
+// a final capital sigma lowers to ς); the title filter is jinja2's (words split at whitespace and
+// -({[<), str.title() Python's; strip and trim take Unicode whitespace or a set of characters.
+TEST(Jinja, StringCaseAndStripAsPython) {
+  EXPECT_EQ(
+      Render(
+          R"({{ 'éàß'|upper }} {{ 'ÉΣ'|lower }} {{ 'ΟΔΟΣ ΟΔΟΣ.'|lower }} {{ 'ΣΑ'|lower }} {{ 'привет МИР'|upper }} {{ 'ĳssel ŉ'|upper }} {{ 'İ'|lower|length }})"),
+      "ÉÀSS éς οδος οδος. σα ПРИВЕТ МИР ĲSSEL ʼN 2");
+  EXPECT_EQ(
+      Render(
+          R"({{ 'héllo wörld-ñu (ça)'|title }} {{ "they're bill's"|title }} {{ 'éCOLE'|capitalize }} {{ 'ßa'|capitalize }})"),
+      "Héllo Wörld-Ñu (Ça) They're Bill's École Ssa");
+  EXPECT_EQ(
+      Render(
+          R"({{ 'élan vital'.title() }} {{ "they're".title() }} {{ 'ÀB'.lower() }} {{ 'àb'.upper() }} {{ 'àB'.capitalize() }})"),
+      "Élan Vital They'Re àb ÀB Àb");
+  EXPECT_EQ(
+      Render(
+          R"({{ '\u3000x\xa0'|trim }}|{{ '\u2003 x\u2028'.strip() }}|{{ '\xa0x '.lstrip() }}|{{ ' x\xa0'.rstrip() }}|{{ 'xxhixy'.strip('xy') }}|{{ '--a--'.lstrip('-') }}|{{ '--a--'.rstrip('-') }}|{{ '««a»»'.strip('«»') }}|{{ 'xax'|trim('x') }}|{{ ' a '.strip(none) }}|)"),
+      "x|x|x | x|hi|a--|--a|a|a|a|");
+}
+
 TEST(Jinja, TaintFollowsRequestData) {
   auto t = Template::Parse("<{{ name }}>{{ 'lit' }}{{ name ~ '!' }}{{ obj | tojson }}{{ n }}");
   ASSERT_TRUE(t.ok());
