@@ -14,9 +14,10 @@
 //   (filters and tests apply to its result: -1|abs is 1). Tests: defined undefined none string
 //   number integer float boolean mapping iterable sequence true false odd even. Filters:
 //   tojson(indent=None, separators=(a,b)), length/count (0 for undefined), string, trim(chars),
-//   upper, lower, capitalize, title, default/d, first, last, join, list, int, float, items, safe,
-//   abs, replace(old, new, count). Functions: raise_exception(msg) (a clean error),
-//   namespace(k=v, ...), range(...). Methods: str.startswith/endswith/strip/lstrip/rstrip (with
+//   upper, lower, capitalize, title, default/d, first, last, join, list, int(default, base),
+//   float(default), items, safe, abs, replace(old, new, count). Functions: raise_exception(msg) (a
+//   clean error), namespace(k=v, ...), range(...). Methods:
+//   str.startswith/endswith/strip/lstrip/rstrip (with
 //   chars)/split/upper/lower/title/capitalize/replace (with count), dict.get/items/keys/values,
 //   list.append/pop. String literals decode Python's escapes (\n \t \xHH \uHHHH \UHHHHHHHH, octal,
 //   ...; not \N{name}). Case mapping and whitespace are Python's as far as jinja_str.h says.

@@ -482,16 +482,7 @@ class Renderer {
       if (v.is_dict()) return Method(v, "keys", {}, e.line);
     }
     if (f == "items" && v.is_dict()) return Method(v, "items", {}, e.line);
-    if (f == "int") {
-      if (v.is_number()) return Value::Int(static_cast<int64_t>(v.AsDouble()));
-      if (v.is_string()) return Value::Int(std::strtoll(v.s.c_str(), nullptr, 10));
-      return Value::Int(0);
-    }
-    if (f == "float") {
-      if (v.is_number()) return Value::Float(v.AsDouble());
-      if (v.is_string()) return Value::Float(std::strtod(v.s.c_str(), nullptr));
-      return Value::Float(0);
-    }
+    if (f == "int" || f == "float") return NumberFilter(e, v, args);
     if (f == "abs" && v.is_number()) {
       return v.kind == Value::Kind::kInt ? Value::Int(v.i < 0 ? -v.i : v.i)
                                          : Value::Float(std::fabs(v.f));
@@ -512,6 +503,60 @@ class Renderer {
     }
     Fail(e.line, absl::StrCat("unsupported Jinja filter '", f, "' on ", Describe(v)));
     return {};
+  }
+
+  // jinja2's int(default=0, base=10) and float(default=0.0): Python's int(str, base), else
+  // int(float(str)) (so '3.7' is 3), else the default; bools are 0 and 1; no prefix of a string
+  // counts ('12abc' is the default). Undefined is an error there, as in jinja2.
+  Value NumberFilter(const Expr& e, const Value& v, const std::vector<Value>& args) {
+    const bool to_int = e.name == "int";
+    Value dflt = !args.empty() ? args[0] : to_int ? Value::Int(0) : Value::Float(0);
+    Value base = args.size() > 1 ? args[1] : Value::Int(10);
+    for (const auto& [key, expr] : e.kwargs) {
+      if (key == "default") {
+        dflt = Eval(*expr);
+      } else if (key == "base" && to_int) {
+        base = Eval(*expr);
+      } else {
+        Fail(e.line, absl::StrCat("unsupported ", e.name, " argument '", key, "'"));
+        return {};
+      }
+    }
+    if (args.size() > (to_int ? 2u : 1u) || base.kind != Value::Kind::kInt) {
+      Fail(e.line, absl::StrCat("unsupported arguments to ", e.name));
+      return {};
+    }
+    if (v.is_undefined()) {
+      Fail(e.line, absl::StrCat("undefined value to ", e.name));
+      return {};
+    }
+    double d = 0;
+    if (v.kind == Value::Kind::kBool) {
+      d = v.b ? 1 : 0;
+    } else if (v.is_number()) {
+      if (to_int && v.kind == Value::Kind::kInt) return v;
+      d = v.AsDouble();
+    } else if (v.is_string()) {
+      if (to_int) {
+        int64_t i = 0;
+        const PyIntParse r = PyParseInt(v.s, static_cast<int>(base.i), &i);
+        if (r == PyIntParse::kOk) return Value::Int(i);
+        if (r == PyIntParse::kOutOfRange) {
+          Fail(e.line, "int: the number does not fit 64 bits");
+          return {};
+        }
+      }
+      if (!PyParseFloat(v.s, &d)) return dflt;
+    } else {
+      return dflt;
+    }
+    if (!to_int) return Value::Float(d);
+    if (std::isnan(d)) return dflt;
+    if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) {
+      Fail(e.line, "int: the number does not fit 64 bits");
+      return {};
+    }
+    return Value::Int(static_cast<int64_t>(d));
   }
 
   Value Call(const Expr& e) {

@@ -1,6 +1,8 @@
 #include "tokenizer/jinja_str.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <limits>
 #include <vector>
 
 #include "tokenizer/utf8.h"
@@ -240,7 +242,109 @@ bool IsJinjaWordBreak(uint32_t c) {
   return IsPythonSpace(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
 }
 
+bool IsDigitOf(char c, int base, int* value) {
+  int v = 99;
+  if (c >= '0' && c <= '9') v = c - '0';
+  if (c >= 'a' && c <= 'z') v = c - 'a' + 10;
+  if (c >= 'A' && c <= 'Z') v = c - 'A' + 10;
+  if (v >= base) return false;
+  *value = v;
+  return true;
+}
+
+// Decimal digits with single underscores between them, from s[*i]; false if there are none or an
+// underscore is not between two digits.
+bool ScanDecimal(absl::string_view s, size_t* i) {
+  const size_t start = *i;
+  while (*i < s.size()) {
+    if (s[*i] >= '0' && s[*i] <= '9') {
+      ++*i;
+    } else if (s[*i] == '_' && *i > start && *i + 1 < s.size() && s[*i + 1] >= '0' &&
+               s[*i + 1] <= '9') {
+      ++*i;
+    } else {
+      break;
+    }
+  }
+  return *i > start;
+}
+
 }  // namespace
+
+bool PyParseFloat(absl::string_view text, double* out) {
+  const std::string stripped = PyStrip(text, nullptr, true, true);
+  absl::string_view s = stripped;
+  size_t i = 0;
+  if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+  std::string word(s.substr(i));
+  for (char& c : word) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
+  if (word == "inf" || word == "infinity" || word == "nan") {
+    const double v = word == "nan" ? std::numeric_limits<double>::quiet_NaN()
+                                   : std::numeric_limits<double>::infinity();
+    *out = s[0] == '-' ? -v : v;
+    return true;
+  }
+  const bool int_part = ScanDecimal(s, &i);
+  bool frac_part = false;
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    frac_part = ScanDecimal(s, &i);
+  }
+  if (!int_part && !frac_part) return false;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    if (!ScanDecimal(s, &i)) return false;
+  }
+  if (i != s.size()) return false;
+  std::string digits;
+  for (char c : s) {
+    if (c != '_') digits += c;
+  }
+  *out = std::strtod(digits.c_str(), nullptr);  // out of range is inf or 0, as in Python
+  return true;
+}
+
+PyIntParse PyParseInt(absl::string_view text, int base, int64_t* out) {
+  const std::string stripped = PyStrip(text, nullptr, true, true);
+  absl::string_view s = stripped;
+  size_t i = 0;
+  bool negative = false;
+  if (i < s.size() && (s[i] == '+' || s[i] == '-')) negative = s[i++] == '-';
+  bool after_prefix = false;
+  if (i + 1 < s.size() && s[i] == '0') {
+    const char p = static_cast<char>(s[i + 1] | 0x20);
+    const int prefixed = p == 'x' ? 16 : p == 'o' ? 8 : p == 'b' ? 2 : 0;
+    if (prefixed && (base == 0 || base == prefixed)) {
+      base = prefixed;
+      i += 2;
+      after_prefix = true;
+    }
+  }
+  if (base != 0 && (base < 2 || base > 36)) return PyIntParse::kInvalid;
+  const bool decimal_of_base0 = base == 0;
+  if (base == 0) base = 10;
+  uint64_t magnitude = 0;
+  bool out_of_range = false, any = false, leading_zero = false;
+  for (; i < s.size(); ++i) {
+    int d;
+    if (s[i] == '_' && (any || after_prefix) && i + 1 < s.size() && s[i + 1] != '_') continue;
+    if (!IsDigitOf(s[i], base, &d)) return PyIntParse::kInvalid;
+    if (!any) leading_zero = d == 0;
+    // Base 0 takes 0, 00, ... but not 012 (Python 3 has no octal without 0o).
+    if (decimal_of_base0 && leading_zero && d != 0) return PyIntParse::kInvalid;
+    any = true;
+    if (magnitude > (uint64_t{1} << 63) / static_cast<uint64_t>(base)) out_of_range = true;
+    magnitude = magnitude * static_cast<uint64_t>(base) + static_cast<uint64_t>(d);
+    if (magnitude > (uint64_t{1} << 63)) out_of_range = true;
+  }
+  if (!any) return PyIntParse::kInvalid;
+  if (out_of_range || (!negative && magnitude == (uint64_t{1} << 63))) {
+    return PyIntParse::kOutOfRange;
+  }
+  *out = negative ? static_cast<int64_t>(0 - magnitude) : static_cast<int64_t>(magnitude);
+  return PyIntParse::kOk;
+}
 
 void AppendUtf8(uint32_t cp, std::string* out) {
   if (cp < 0x80) {

@@ -31,6 +31,14 @@ std::string PyStrip(absl::string_view s, const std::string* chars, bool left, bo
 // points, as in Python ('ab'.replace('', '-') is '-a-b-').
 std::string PyReplace(absl::string_view s, absl::string_view old, absl::string_view repl,
                       int64_t count);
+// Python's float(str): whitespace around, a sign, decimal digits (single underscores between
+// them), a point, an exponent; or inf, infinity, nan in any case. False when it is none of these.
+bool PyParseFloat(absl::string_view s, double* out);
+// Python's int(str, base) for base 0 or 2..36: whitespace around, a sign, digits (single
+// underscores between them), a 0x/0o/0b prefix that matches the base (base 0: the prefix picks it,
+// and a decimal may not start with 0). Only ASCII digits.
+enum class PyIntParse { kOk, kInvalid, kOutOfRange /* valid, but not an int64 */ };
+PyIntParse PyParseInt(absl::string_view s, int base, int64_t* out);
 // Appends code point `cp` as UTF-8.
 void AppendUtf8(uint32_t cp, std::string* out);
 

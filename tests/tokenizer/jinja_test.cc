@@ -154,6 +154,27 @@ TEST(Jinja, StringCaseAndStripAsPython) {
       "x|x|x | x|hi|a--|--a|a|a|a|");
 }
 
+// int and float as jinja2: Python's int(str, base), else int(float(str)), else the default; no
+// prefix of a string counts; bools are numbers.
+TEST(Jinja, IntAndFloatFiltersAsJinja2) {
+  EXPECT_EQ(
+      Render(
+          R"({{ 'x'|int(5) }} {{ true|int }} {{ false|int }} {{ '12abc'|int }} {{ ' 12 '|int }} {{ '1_000'|int }} {{ '0x1A'|int }} {{ '3.7'|int }} {{ '-3.7'|int }} {{ '+4'|int }} {{ none|int }} {{ 3.9|int }} {{ -3.9|int }} {{ items|int }} {{ ''|int(7) }} {{ '1e3'|int }} {{ 'nan'|int(2) }} {{ '- 1'|int }} {{ 'x'|int('y') }} {{ 'x'|int(default=-1) }})"),
+      "5 1 0 0 12 1000 0 3 -3 4 0 3 -3 0 7 1000 2 0 y -1");
+  EXPECT_EQ(
+      Render(
+          R"({{ '1A'|int(base=16) }} {{ '0x1A'|int(0, 16) }} {{ '0x_1a'|int(0, 0) }} {{ '012'|int(0, 0) }} {{ '00'|int(9, 0) }} {{ 'z'|int(0, 36) }} {{ '1__0'|int }} {{ '_1'|int }} {{ '1_'|int }} {{ '-9223372036854775808'|int }})"),
+      "26 26 26 12 0 35 0 0 0 -9223372036854775808");
+  EXPECT_EQ(
+      Render(
+          R"({{ 'x'|float(1.5) }} {{ '12abc'|float }} {{ '1e3'|float }} {{ true|float }} {{ none|float }} {{ ' -2.5 '|float }} {{ '1_0.5'|float }} {{ 'inf'|float }} {{ '-Infinity'|float }} {{ 'NaN'|float }} {{ '.5'|float }} {{ '5.'|float }} {{ 3|float }} {{ 'x'|float(none) }} {{ '1e'|float }} {{ '0x10'|float }} {{ '1.5e-3'|float }} {{ '1_e5'|float }})"),
+      "1.5 0.0 1000.0 1.0 0.0 -2.5 10.5 inf -inf nan 0.5 5.0 3.0 None 0.0 0.0 0.0015 0.0");
+  // What Python would make a big int or an infinity does not pass silently.
+  EXPECT_NE(Render("{{ '99999999999999999999'|int }}").find("64 bits"), std::string::npos);
+  EXPECT_NE(Render("{{ 'inf'|int }}").find("64 bits"), std::string::npos);
+  EXPECT_NE(Render("{{ missing|int }}").find("undefined"), std::string::npos);
+}
+
 TEST(Jinja, TaintFollowsRequestData) {
   auto t = Template::Parse("<{{ name }}>{{ 'lit' }}{{ name ~ '!' }}{{ obj | tojson }}{{ n }}");
   ASSERT_TRUE(t.ok());
