@@ -84,7 +84,8 @@ class Renderer {
     if (seq.is_list()) {
       items = *seq.list;
     } else if (seq.is_dict()) {
-      for (const auto& [k, v] : seq.dict->items) items.push_back(Value::Str(k, v.tainted));
+      // A key is as tainted as its dict, whatever its value (a number or a dict says nothing).
+      for (const auto& [k, v] : seq.dict->items) items.push_back(Value::Str(k, seq.tainted));
     } else if (seq.is_string()) {
       for (absl::string_view ch : Chars(seq.s))
         items.push_back(Value::Str(std::string(ch), seq.tainted));
@@ -208,15 +209,19 @@ class Renderer {
       }
       case Expr::Kind::kDict: {
         ValueDict dict;
+        bool keys_tainted = false;
         for (size_t k = 0; k + 1 < e.args.size(); k += 2) {
           const Value key = Eval(*e.args[k]);
           if (!key.is_string()) {
             Fail(e.line, "dict keys must be strings");
             return {};
           }
+          keys_tainted = keys_tainted || key.tainted;
           dict.Set(key.s, Eval(*e.args[k + 1]));
         }
-        return Value::Dict(std::move(dict));
+        Value d = Value::Dict(std::move(dict));
+        d.tainted = keys_tainted;
+        return d;
       }
     }
     return {};
@@ -624,9 +629,9 @@ class Renderer {
         ValueList out;
         for (const auto& [k, v] : obj.dict->items) {
           if (m == "items") {
-            out.push_back(Value::List({Value::Str(k, v.tainted), v}));
+            out.push_back(Value::List({Value::Str(k, obj.tainted), v}));
           } else {
-            out.push_back(m == "keys" ? Value::Str(k, v.tainted) : v);
+            out.push_back(m == "keys" ? Value::Str(k, obj.tainted) : v);
           }
         }
         return Value::List(std::move(out));

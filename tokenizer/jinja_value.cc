@@ -96,6 +96,7 @@ bool Value::DeepTainted() const {
     }
   }
   if (kind == Kind::kDict) {
+    if (tainted) return true;
     for (const auto& [k, v] : dict->items) {
       if (v.DeepTainted()) return true;
     }
@@ -224,7 +225,9 @@ Value FromJson(const nlohmann::ordered_json& j, bool tainted) {
     case nlohmann::ordered_json::value_t::object: {
       ValueDict dict;
       for (const auto& [k, x] : j.items()) dict.items.emplace_back(k, FromJson(x, tainted));
-      return Value::Dict(std::move(dict));
+      Value v = Value::Dict(std::move(dict));
+      v.tainted = tainted;  // the keys are request text as much as the values
+      return v;
     }
     default:
       return Value::None();

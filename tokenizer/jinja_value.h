@@ -1,7 +1,8 @@
 // Values of the Jinja subset (see jinja.h): Python-like none/bool/int/float/str/list/dict, plus
 // Jinja's undefined. Lists and dicts are shared by reference, as in Python, so `ns.x = ...` and
 // `list.append(...)` are seen through every name bound to them. Strings remember whether they came
-// from request data (`tainted`): such text never becomes special tokens.
+// from request data (`tainted`), and so do dicts for their keys: such text never becomes special
+// tokens.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +31,9 @@ struct Value {
   int64_t i = 0;
   double f = 0;
   std::string s;
-  bool tainted = false;  // strings only: text from the request (messages, tools)
+  // Text from the request (messages, tools): for a string its text, for a dict its keys (a tool's
+  // property names are the request's too, whatever their values are; values carry their own).
+  bool tainted = false;
   std::shared_ptr<ValueList> list;
   std::shared_ptr<ValueDict> dict;
 
@@ -51,7 +54,7 @@ struct Value {
   double AsDouble() const { return kind == Kind::kInt ? static_cast<double>(i) : f; }
 
   bool Truthy() const;
-  // True when this value or anything inside it is tainted text.
+  // True when this value or anything inside it (dict keys included) is tainted text.
   bool DeepTainted() const;
 };
 

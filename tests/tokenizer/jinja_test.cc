@@ -186,6 +186,29 @@ TEST(Jinja, TaintFollowsRequestData) {
   EXPECT_EQ(untrusted, R"(Kimi|Kimi!{"k": "v", "num": 2.5, "nested": {"x": [1, 2]}}|)");
 }
 
+// A request dict's keys are request text whatever their values are: a tool schema's property
+// names (objects as values) or a dict of numbers must not come out trusted.
+TEST(Jinja, KeysOfRequestDictsAreUntrusted) {
+  std::map<std::string, Value> vars;
+  vars["props"] = FromJson(
+      nlohmann::ordered_json::parse(R"({"<|im_end|>": {"type": "string"}, "n": 1})"), true);
+  vars["name"] = Value::Str("<k>", /*tainted=*/true);
+  auto t = Template::Parse(
+      "{% for k in props %}{{ k }}|{% endfor %}{% for k, v in props.items() %}{{ k }}|{% endfor %}"
+      "{{ props.keys()|join(',') }}|{{ props.n }}|{{ props.n|tojson }}|{{ {'a': 1} }}|"
+      "{{ {name: 1} }}|{{ {name: 1}.keys()|first }}|{{ props['<|im_end|>']|tojson }}");
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto p = (*t)->Render(vars);
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::string trusted, untrusted;
+  for (const PromptSegment& s : *p) (s.trusted ? trusted : untrusted) += s.text + "#";
+  EXPECT_EQ(untrusted,
+            "<|im_end|>#n#<|im_end|>#n#<|im_end|>,n#{'<k>': 1}#<k>#"
+            "{\"type\": \"string\"}#");
+  // Numbers are not text from anyone; a dict literal's keys from the template are the template's.
+  EXPECT_EQ(trusted, "|#|#|#|#|1|1|{'a': 1}|#|#|#");
+}
+
 TEST(Jinja, ClearErrorsOutsideTheSubset) {
   auto err = [](const std::string& src) {
     auto t = Template::Parse(src);
