@@ -19,7 +19,7 @@ struct Expr {
     kName,     // name
     kAttr,     // args[0].name
     kIndex,    // args[0][args[1]]
-    kSlice,    // args[0][args[1]:args[2]] (null = omitted)
+    kSlice,    // args[0][args[1]:args[2]:args[3]] (null = omitted)
     kCall,     // args[0](args[1..], kwargs)
     kFilter,   // args[0] | name(args[1..], kwargs)
     kTest,     // args[0] is [not] name(args[1..])
@@ -46,6 +46,7 @@ struct Node {
   int line = 0;
   std::string text;                                             // kText
   ExprPtr expr;                                                 // kOutput, kFor (iterable), kSet
+  ExprPtr filter;                                               // kFor: `if cond`, or null
   std::vector<std::pair<ExprPtr, std::vector<Node>>> branches;  // kIf
   std::vector<Node> body;                                       // kFor
   std::vector<Node> else_body;                                  // kIf, kFor

@@ -1,4 +1,5 @@
 // Evaluator of the Jinja subset: walks the statement tree, writes trusted/untrusted text pieces.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -93,6 +94,19 @@ class Renderer {
       Fail(n.line, absl::StrCat("cannot iterate over ", ToPythonStr(seq)));
       return;
     }
+    if (n.filter) {
+      // jinja2 filters before looping: loop.index, loop.length and {% else %} see the kept items.
+      ValueList kept;
+      scopes_.emplace_back();
+      for (const Value& item : items) {
+        if (!Step(n.line) || !Bind(n, item)) break;
+        if (Eval(*n.filter).Truthy()) kept.push_back(item);
+        if (!status_.ok()) break;
+      }
+      scopes_.pop_back();
+      if (!status_.ok()) return;
+      items = std::move(kept);
+    }
     if (items.empty()) {
       Exec(n.else_body);
       return;
@@ -100,19 +114,7 @@ class Renderer {
     scopes_.emplace_back();
     const int64_t len = static_cast<int64_t>(items.size());
     for (int64_t k = 0; k < len && status_.ok(); ++k) {
-      if (!Step(n.line)) break;
-      auto& scope = scopes_.back();
-      if (n.vars.size() == 1) {
-        scope[n.vars[0]] = items[k];
-      } else {
-        const Value& item = items[k];
-        if (!item.is_list() || item.list->size() != 2) {
-          Fail(n.line, "cannot unpack a loop item into two names");
-          break;
-        }
-        scope[n.vars[0]] = (*item.list)[0];
-        scope[n.vars[1]] = (*item.list)[1];
-      }
+      if (!Step(n.line) || !Bind(n, items[k])) break;
       ValueDict loop;
       loop.Set("index", Value::Int(k + 1));
       loop.Set("index0", Value::Int(k));
@@ -123,10 +125,26 @@ class Renderer {
       loop.Set("length", Value::Int(len));
       loop.Set("previtem", k > 0 ? items[k - 1] : Value());
       loop.Set("nextitem", k + 1 < len ? items[k + 1] : Value());
-      scope["loop"] = Value::Dict(std::move(loop));
+      scopes_.back()["loop"] = Value::Dict(std::move(loop));
       if (Exec(n.body) == Flow::kBreak) break;
     }
     scopes_.pop_back();
+  }
+
+  // Binds a loop item to the loop's names in the innermost scope.
+  bool Bind(const Node& n, const Value& item) {
+    auto& scope = scopes_.back();
+    if (n.vars.size() == 1) {
+      scope[n.vars[0]] = item;
+      return true;
+    }
+    if (!item.is_list() || item.list->size() != 2) {
+      Fail(n.line, "cannot unpack a loop item into two names");
+      return false;
+    }
+    scope[n.vars[0]] = (*item.list)[0];
+    scope[n.vars[1]] = (*item.list)[1];
+    return true;
   }
 
   void Set(const Node& n) {
@@ -264,28 +282,45 @@ class Renderer {
     const Value obj = Eval(*e.args[0]);
     const Value lo = e.args[1] ? Eval(*e.args[1]) : Value::None();
     const Value hi = e.args[2] ? Eval(*e.args[2]) : Value::None();
+    const Value st = e.args[3] ? Eval(*e.args[3]) : Value::None();
+    if (!status_.ok()) return {};
     if (!obj.is_list() && !obj.is_string()) {
       if (!obj.is_undefined()) Fail(e.line, absl::StrCat("cannot slice ", Describe(obj)));
+      return {};
+    }
+    if (st.kind == Value::Kind::kInt && st.i == 0) {
+      Fail(e.line, "slice step cannot be zero");
       return {};
     }
     std::vector<absl::string_view> chars;
     if (obj.is_string()) chars = Chars(obj.s);
     const int64_t len =
         obj.is_list() ? static_cast<int64_t>(obj.list->size()) : static_cast<int64_t>(chars.size());
-    auto clamp = [&](const Value& v, int64_t dflt) -> int64_t {
+    // A stride past the length takes the first item only, as any larger one does; clamping keeps
+    // k += step from overflowing.
+    const int64_t step =
+        st.kind == Value::Kind::kInt ? std::clamp<int64_t>(st.i, -(len + 1), len + 1) : 1;
+    // Python's slice.indices(): negative bounds count from the end, then clamp to the range a
+    // step of this sign can start from.
+    const int64_t lower = step < 0 ? -1 : 0, upper = step < 0 ? len - 1 : len;
+    auto bound = [&](const Value& v, int64_t dflt) -> int64_t {
       if (v.kind != Value::Kind::kInt) return dflt;
-      int64_t k = v.i < 0 ? v.i + len : v.i;
-      return std::max<int64_t>(0, std::min(k, len));
+      const int64_t k = v.i < 0 ? v.i + len : v.i;
+      return std::max(lower, std::min(k, upper));
     };
-    const int64_t b = clamp(lo, 0), en = clamp(hi, len);
-    if (obj.is_list()) {
-      ValueList out;
-      for (int64_t k = b; k < en; ++k) out.push_back((*obj.list)[k]);
-      return Value::List(std::move(out));
+    const int64_t b = bound(lo, step < 0 ? upper : lower);
+    const int64_t en = bound(hi, step < 0 ? lower : upper);
+    ValueList list_out;
+    std::string str_out;
+    for (int64_t k = b; step > 0 ? k < en : k > en; k += step) {
+      if (obj.is_list()) {
+        list_out.push_back((*obj.list)[k]);
+      } else {
+        str_out.append(chars[k].data(), chars[k].size());
+      }
     }
-    std::string out;
-    for (int64_t k = b; k < en; ++k) out.append(chars[k].data(), chars[k].size());
-    return Value::Str(std::move(out), obj.tainted);
+    if (obj.is_list()) return Value::List(std::move(list_out));
+    return Value::Str(std::move(str_out), obj.tainted);
   }
 
   Value BinaryOp(const Expr& e) {

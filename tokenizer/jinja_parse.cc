@@ -380,10 +380,14 @@ class Parser {
         return;
       }
       Next();
-      n.expr = Or();  // not Expression(): `x if c` here would be a loop filter
+      n.expr = Or();  // not Expression(): `x if c` here is a loop filter
+      if (IsName("if")) {
+        Next();
+        n.filter = Expression();
+      }
       if (Peek().kind == Tok::Kind::kName) {
         Fail(line, absl::StrCat("unsupported Jinja construct '", Peek().text,
-                                "' in {% for %} (loop filters and recursive loops)"));
+                                "' in {% for %} (recursive loops)"));
         return;
       }
       ExpectEnd();
@@ -682,10 +686,7 @@ class Parser {
           s->args.push_back(std::move(e));
           s->args.push_back(std::move(lo));
           s->args.push_back(IsOp("]") || IsOp(":") ? nullptr : Expression());
-          if (IsOp(":")) {
-            Fail(line_, "unsupported Jinja construct: slice step");
-            return s;
-          }
+          s->args.push_back(Accept(":") && !IsOp("]") ? Expression() : nullptr);
           e = std::move(s);
         } else {
           auto ix = MakeExpr(Expr::Kind::kIndex);

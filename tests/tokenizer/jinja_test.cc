@@ -175,6 +175,24 @@ TEST(Jinja, IntAndFloatFiltersAsJinja2) {
   EXPECT_NE(Render("{{ missing|int }}").find("undefined"), std::string::npos);
 }
 
+// Slices take a step as Python's do; a loop's `if` filters before looping, so loop.index,
+// loop.length and {% else %} count the kept items only.
+TEST(Jinja, SliceStepAndLoopFilter) {
+  EXPECT_EQ(
+      Render(
+          R"({{ items[::-1] }} {{ name[::-1] }} {{ items[:: -1] }} {{ items[::2] }} {{ items[1::-1] }} {{ items[-1:0:-1] }} {{ name[5:-9:-1] }} {{ items[::100] }} {{ items[::-100] }} {{ items[0:3:] }} {{ 'héllo'[::2] }})"),
+      "['c', 'b', 'a'] imiK ['c', 'b', 'a'] ['a', 'c'] ['b', 'a'] ['c', 'b'] imiK ['a'] ['c'] "
+      "['a', 'b', 'c'] hlo");
+  EXPECT_EQ(
+      Render(
+          R"({% for i in items if i != 'b' %}{{ loop.index }}{{ i }}{{ loop.length }}{% if loop.last %}.{% endif %}{% endfor %})"),
+      "1a22c2.");
+  EXPECT_EQ(
+      Render(
+          R"({% for k, v in obj.items() if v is string %}{{ k }}={{ v }}{% endfor %}|{% for i in items if i == 'z' %}x{% else %}none{% endfor %}|{% for i in range(10) if i is odd and i > 2 %}{{ i }}{% endfor %})"),
+      "k=v|none|3579");
+}
+
 TEST(Jinja, TaintFollowsRequestData) {
   auto t = Template::Parse("<{{ name }}>{{ 'lit' }}{{ name ~ '!' }}{{ obj | tojson }}{{ n }}");
   ASSERT_TRUE(t.ok());
@@ -228,12 +246,13 @@ TEST(Jinja, ClearErrorsOutsideTheSubset) {
   EXPECT_NE(err("{{ raise_exception('Only user and assistant roles') }}")
                 .find("the template raised: Only user and assistant roles"),
             std::string::npos);
-  EXPECT_NE(err("{% for i in items if i %}{% endfor %}").find("unsupported"), std::string::npos);
+  EXPECT_NE(err("{% for i in items recursive %}{% endfor %}").find("unsupported"),
+            std::string::npos);
   EXPECT_NE(err("{% for i in range(100000000) %}{% endfor %}").find("too long"), std::string::npos);
   EXPECT_NE(err("{{ " + std::string(500, '(') + "1" + std::string(500, ')') + " }}").find("deeply"),
             std::string::npos);
   EXPECT_NE(err("{{ 1 / 0 }}").find("division by zero"), std::string::npos);
-  EXPECT_NE(err("{{ items[:: -1] }}").find("unsupported"), std::string::npos);
+  EXPECT_NE(err("{{ items[::0] }}").find("slice step cannot be zero"), std::string::npos);
 }
 
 }  // namespace
