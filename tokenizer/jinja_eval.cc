@@ -340,13 +340,20 @@ class Renderer {
         op == "<=" || op == ">=") {
       return Compare(op, l, r, e.line);
     }
+    // Values are bounded like the output: a string doubled in a loop reached 4 GB (bad_alloc)
+    // within the step limit.
     if (op == "~") {
-      return TaintedStr(ToPythonStr(l) + ToPythonStr(r), l.DeepTainted() || r.DeepTainted());
+      std::string s = ToPythonStr(l);
+      const std::string t = ToPythonStr(r);
+      if (s.size() + t.size() > kMaxOutputBytes) return TooLarge(e.line);
+      return TaintedStr(s + t, l.DeepTainted() || r.DeepTainted());
     }
     if (op == "+" && l.is_string() && r.is_string()) {
+      if (l.s.size() + r.s.size() > kMaxOutputBytes) return TooLarge(e.line);
       return TaintedStr(l.s + r.s, l.tainted || r.tainted);
     }
     if (op == "+" && l.is_list() && r.is_list()) {
+      if (l.list->size() + r.list->size() > kMaxSteps) return TooLarge(e.line);
       ValueList out = *l.list;
       out.insert(out.end(), r.list->begin(), r.list->end());
       return Value::List(std::move(out));
@@ -775,6 +782,11 @@ class Renderer {
       return;
     }
     AppendSegment(out_, text, trusted);
+  }
+
+  Value TooLarge(int line) {
+    Fail(line, "a value in the template grows past 64 MiB (or a million items)");
+    return {};
   }
 
   bool Step(int line) {

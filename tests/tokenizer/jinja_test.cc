@@ -253,6 +253,11 @@ TEST(Jinja, ClearErrorsOutsideTheSubset) {
             std::string::npos);
   EXPECT_NE(err("{{ 1 / 0 }}").find("division by zero"), std::string::npos);
   EXPECT_NE(err("{{ items[::0] }}").find("slice step cannot be zero"), std::string::npos);
+  // A string doubled 40 times in a few dozen steps asked for 1 TiB (bad_alloc).
+  EXPECT_NE(err("{% set ns = namespace(s='x') %}{% for i in range(40) %}"
+                "{% set ns.s = ns.s ~ ns.s %}{% endfor %}")
+                .find("grows past 64 MiB"),
+            std::string::npos);
 }
 
 }  // namespace
