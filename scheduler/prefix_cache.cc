@@ -28,8 +28,7 @@ uint64_t PrefixCache::ChainKey(uint64_t prev, std::span<const int32_t> block) {
   return h ^ (h >> 33);
 }
 
-PrefixCache::Hit PrefixCache::Lookup(std::span<const int32_t> tokens, int64_t limit) {
-  ++queries_;
+PrefixCache::Hit PrefixCache::Lookup(std::span<const int32_t> tokens, int64_t limit, bool count) {
   Hit best;
   uint64_t key = 0;
   const int64_t n = std::min<int64_t>(limit, static_cast<int64_t>(tokens.size()));
@@ -43,11 +42,16 @@ PrefixCache::Hit PrefixCache::Lookup(std::span<const int32_t> tokens, int64_t li
     best = Hit{end, e.handle, e.pages};
     lru_.splice(lru_.begin(), lru_, it->second);
   }
-  if (best.tokens > 0) {
-    ++hits_;
-    saved_tokens_ += best.tokens;
-  }
+  if (count) Count(best.tokens);
   return best;
+}
+
+void PrefixCache::Count(int64_t hit_tokens) {
+  ++queries_;
+  if (hit_tokens > 0) {
+    ++hits_;
+    saved_tokens_ += hit_tokens;
+  }
 }
 
 uint64_t PrefixCache::KeyOf(std::span<const int32_t> tokens) const {
@@ -96,6 +100,15 @@ void PrefixCache::EvictOldest() {
 }
 
 bool PrefixCache::FreePages(int64_t pages_needed) {
+  if (pages_->free() >= pages_needed) return true;
+  // Pages the cache alone holds are what dropping every entry would free.
+  std::vector<int32_t> refs(static_cast<size_t>(pages_->capacity()), 0);
+  CountPageRefs(refs);
+  int64_t freeable = 0;
+  for (size_t p = 0; p < refs.size(); ++p) {
+    if (refs[p] > 0 && refs[p] == pages_->refs(static_cast<int32_t>(p))) ++freeable;
+  }
+  if (pages_->free() + freeable < pages_needed) return false;
   while (pages_->free() < pages_needed && !lru_.empty()) EvictOldest();
   return pages_->free() >= pages_needed;
 }

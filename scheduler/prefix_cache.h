@@ -31,8 +31,11 @@ class PrefixCache {
     int64_t handle = -1;  // the KDA snapshot
     std::span<const int32_t> pages;  // pages covering [0, tokens)
   };
-  // Deepest snapshot whose tokens equal tokens[0, n) with n <= limit. Counts a query.
-  Hit Lookup(std::span<const int32_t> tokens, int64_t limit);
+  // Deepest snapshot whose tokens equal tokens[0, n) with n <= limit. Counts a query (and a hit)
+  // unless `count` is false; the caller then counts with Count once the request is admitted for
+  // good (one that does not fit is looked up again at every step until it does).
+  Hit Lookup(std::span<const int32_t> tokens, int64_t limit, bool count = true);
+  void Count(int64_t hit_tokens);
   // Whether a snapshot of these tokens would be kept (a multiple of the interval, not cached yet,
   // fits the budget): ask before taking one.
   bool Wants(std::span<const int32_t> tokens) const;
@@ -40,8 +43,9 @@ class PrefixCache {
   // the handle from now on.
   void Insert(std::span<const int32_t> tokens, int64_t handle, std::span<const int32_t> pages);
   bool Contains(std::span<const int32_t> tokens) const;
-  // Drops least-recently-used entries until `pages_needed` pages are free or nothing is left to
-  // drop; returns whether enough are free.
+  // Drops least-recently-used entries until `pages_needed` pages are free; returns whether enough
+  // are. Drops nothing when even every entry would not free enough (pages running requests share
+  // stay): the cache was wiped by every reservation that failed anyway.
   bool FreePages(int64_t pages_needed);
 
   int64_t interval() const { return interval_; }

@@ -111,7 +111,12 @@ void Scheduler::SwapOut(Request& r) {
 bool Scheduler::SwapIn(Request& r) {
   const int64_t n_pages = r.swap_page_count;
   if (slots_.free() == 0) return false;
-  if (pages_.free() < n_pages && !(prefix_ && prefix_->FreePages(n_pages))) return false;
+  // Room for its pages and the one its next token may start, as admission asks: with its own
+  // only, a request swapped out at a page boundary came back and swapped itself out again at
+  // once, every step until another request took a page (14-16 swaps for one stall).
+  const int64_t need =
+      std::max(n_pages, (r.total() + 1 + config_.page_size - 1) / config_.page_size);
+  if (pages_.free() < need && !(prefix_ && prefix_->FreePages(need))) return false;
   r.kda_slot = *slots_.Acquire();
   for (int64_t i = 0; i < n_pages; ++i) r.pages.push_back(*pages_.Acquire());
   ops_->Apply({StateOpKind::kLoadSlot, r.kda_slot, r.swap_slot, {}});
@@ -133,8 +138,9 @@ bool Scheduler::AdmitWaiting(Request& r) {
   if (prefix_) {
     std::vector<int32_t> tokens(r.total());
     for (int64_t i = 0; i < r.total(); ++i) tokens[i] = r.token_at(i);
-    // At least one token must run to produce logits.
-    const PrefixCache::Hit hit = prefix_->Lookup(tokens, r.total() - 1);
+    // At least one token must run to produce logits. Counted once the admission holds
+    // (Schedule): one that does not fit is rolled back and looked up again next step.
+    const PrefixCache::Hit hit = prefix_->Lookup(tokens, r.total() - 1, /*count=*/false);
     if (hit.tokens > 0) {
       ops_->Apply({StateOpKind::kLoadSlot, r.kda_slot, hit.handle, {}});
       for (int32_t p : hit.pages) {
@@ -164,6 +170,37 @@ Request* Scheduler::Victim(const std::vector<Request*>& planned, const Request* 
     }
   }
   return victim;
+}
+
+// A waiting request that outranks running ones takes their place when it cannot start otherwise
+// (no slot, or too few pages for its known tokens and the next): admission's own reservation
+// only reaches requests not yet planned this step, and by then every running one is, so a
+// request of priority 0 waited for one of priority 5 to finish. The running requests that yield
+// are the lowest priority, latest arrival first, and only as many as make room; none when even
+// all of them would not.
+void Scheduler::PreemptForPriority() {
+  if (waiting_.empty() || running_.empty()) return;
+  SortWaiting();
+  const Request& next = *waiting_.front();
+  const int64_t needed = (next.total() + 1 + config_.page_size - 1) / config_.page_size;
+  int64_t slots = slots_.free(), pages = pages_.free();
+  auto fits = [&] { return slots > 0 && pages >= needed; };
+  if (fits()) return;
+  std::vector<Request*> lower;
+  for (Request* r : running_) {
+    if (r->spec.priority > next.spec.priority) lower.push_back(r);
+  }
+  std::sort(lower.begin(), lower.end(), [](const Request* a, const Request* b) {
+    return a->spec.priority != b->spec.priority ? a->spec.priority > b->spec.priority
+                                                : a->arrival > b->arrival;
+  });
+  size_t yield = 0;
+  for (; yield < lower.size() && !fits(); ++yield) {
+    ++slots;
+    pages += static_cast<int64_t>(lower[yield]->pages.size());  // at most: some may be shared
+  }
+  if (!fits()) return;
+  for (size_t i = 0; i < yield; ++i) SwapOut(*lower[i]);
 }
 
 // Frees memory for `needy` by preempting the running request that should yield (needy itself as
@@ -220,13 +257,25 @@ StepPlan Scheduler::Schedule(std::vector<RequestEvent>* events) {
     budget -= n;
   };
 
-  // 1. Running requests, earliest admitted first.
-  const std::vector<Request*> running = running_;
+  // 0. Room for a waiting request that outranks running ones.
+  PreemptForPriority();
+  // 1. Running requests, by priority, then earliest admitted: when pages run out, the victims are
+  // the lowest priority not planned yet (in admission order, a request of priority 5 planned
+  // first kept running while one of priority 0 was preempted).
+  std::vector<Request*> running = running_;
+  std::stable_sort(running.begin(), running.end(), [](const Request* a, const Request* b) {
+    return a->spec.priority < b->spec.priority;
+  });
   for (Request* r : running) {
     if (r->state == RequestState::kRunning && !is_planned(r)) try_run(*r);
   }
-  // 2. Swapped requests resume before anything new is admitted.
-  while (!swapped_.empty() && budget > 0) {
+  // 2. Swapped requests resume before anything new is admitted, unless a waiting one outranks
+  // them (one just preempted for it would come straight back).
+  SortWaiting();
+  auto outranked = [&](const Request* s) {
+    return !waiting_.empty() && waiting_.front()->spec.priority < s->spec.priority;
+  };
+  while (!swapped_.empty() && budget > 0 && !outranked(swapped_.front())) {
     Request* r = swapped_.front();
     if (!SwapIn(*r)) break;
     swapped_.pop_front();
@@ -234,18 +283,21 @@ StepPlan Scheduler::Schedule(std::vector<RequestEvent>* events) {
     if (!is_planned(r)) break;  // it could not run (and may be swapped out again): next step
   }
   // 3. Waiting requests in priority order; stop at the first that does not fit (no overtaking).
-  if (swapped_.empty()) {
-    SortWaiting();
-    while (!waiting_.empty() && budget > 0) {
-      Request* r = waiting_.front();
-      if (!AdmitWaiting(*r)) break;
-      if (!ReserveForAdmission(*r, planned)) {
-        BackToQueue(*r);
-        break;
-      }
-      try_run(*r);
-      if (!is_planned(r)) break;
+  // Swapped requests come first, unless the waiting one outranks every one of them.
+  auto outranks_swapped = [&](const Request* w) {
+    return std::all_of(swapped_.begin(), swapped_.end(),
+                       [&](const Request* s) { return w->spec.priority < s->spec.priority; });
+  };
+  while (!waiting_.empty() && budget > 0 && outranks_swapped(waiting_.front())) {
+    Request* r = waiting_.front();
+    if (!AdmitWaiting(*r)) break;
+    if (!ReserveForAdmission(*r, planned)) {
+      BackToQueue(*r);
+      break;
     }
+    if (prefix_) prefix_->Count(r->cached_tokens);
+    try_run(*r);
+    if (!is_planned(r)) break;
   }
   // 4. The engine's view of the plan.
   for (size_t i = 0; i < plan.seqs.size(); ++i) {

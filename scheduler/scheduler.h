@@ -124,6 +124,7 @@ class Scheduler {
   Request* Victim(const std::vector<Request*>& planned, const Request* admitted) const;
   bool PreemptOneFor(const Request& needy, const std::vector<Request*>& planned);
   bool ReserveForAdmission(Request& r, const std::vector<Request*>& planned);
+  void PreemptForPriority();
   void BackToQueue(Request& r);
   void SwapOut(Request& r);
   bool SwapIn(Request& r);

@@ -372,6 +372,14 @@ absl::Status Validate(const ServerConfig& c) {
     return bad("batching.prefix_interval",
                "must be 0 or a multiple of 64 and of batching.page_size");
   }
+  // A step's decodes take one token each: a budget they can use up to within a KDA chunk left a
+  // prompt 0 tokens a step (chunks end on the 64-token grid) until the decodes finished.
+  if (c.token_budget < c.max_running + 64) {
+    return bad("batching.token_budget",
+               absl::StrCat("must be at least batching.max_running + 64 (", c.max_running + 64,
+                            "), so that a step of decodes leaves a KDA chunk for prompts; got ",
+                            c.token_budget));
+  }
   if (c.preemption != "swap" && c.preemption != "recompute") {
     return bad("batching.preemption", "must be swap or recompute");
   }

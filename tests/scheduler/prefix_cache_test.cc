@@ -62,5 +62,32 @@ TEST(PrefixCache, EvictsLeastRecentlyUsedAndReleasesPages) {
   EXPECT_EQ(dropped.size(), 3u);
 }
 
+// FreePages drops nothing when even every entry would not free enough (a request still holds their
+// pages): every reservation that failed anyway wiped the cache. Lookups asked not to count leave
+// the figures to Count.
+TEST(PrefixCache, KeepsEntriesWhenDroppingThemCannotHelp) {
+  PageAllocator pages(4);
+  std::vector<int64_t> dropped;
+  PrefixCache cache(4, 4, 1 << 20, 8, &pages, [&](int64_t h) { dropped.push_back(h); });
+  std::vector<int32_t> a = {1, 2, 3, 4}, b = {5, 6, 7, 8};
+  const int32_t pa = *pages.Acquire(), pb = *pages.Acquire();
+  cache.Insert(a, 1, std::vector<int32_t>{pa});
+  cache.Insert(b, 2, std::vector<int32_t>{pb});
+  pages.Unref(pb);  // b's page is the cache's alone; a's is still a request's
+  EXPECT_EQ(pages.free(), 2);
+  EXPECT_FALSE(cache.FreePages(4));  // dropping both frees one page: 3 < 4
+  EXPECT_EQ(cache.entries(), 2);
+  EXPECT_TRUE(dropped.empty());
+  EXPECT_EQ(cache.Lookup(a, 4, /*count=*/false).tokens, 4);
+  EXPECT_EQ(cache.queries(), 0);
+  cache.Count(4);
+  EXPECT_EQ(cache.queries(), 1);
+  EXPECT_EQ(cache.hits(), 1);
+  EXPECT_EQ(cache.saved_tokens(), 4);
+  EXPECT_TRUE(cache.FreePages(3));  // enough once b goes
+  EXPECT_EQ(pages.free(), 3);
+  pages.Unref(pa);
+}
+
 }  // namespace
 }  // namespace kimi::sched

@@ -1,5 +1,6 @@
 #include "scheduler/scheduler.h"
 
+#include <algorithm>
 #include <map>
 #include <random>
 
@@ -178,6 +179,80 @@ TEST(Scheduler, PriorityOrdersAdmission) {
   EXPECT_EQ(f.planned_ids, std::vector<std::string>{"urgent"});
   f.Step();
   EXPECT_EQ(f.planned_ids, std::vector<std::string>{"late-low"});
+}
+
+// A request of higher priority that cannot start (no slot) takes the place of a running one of
+// lower priority, which resumes afterwards where it was; both policies. Before, it waited for the
+// lower one to finish: admission could only preempt requests not yet planned, and every running
+// one was.
+TEST(Scheduler, PriorityPreemptsLowerRequests) {
+  for (PreemptPolicy policy : {PreemptPolicy(SwapToHost{}), PreemptPolicy(Recompute{})}) {
+    SchedulerConfig c = Small();
+    c.max_running = 1;
+    c.preempt = policy;
+    Fixture f(c);
+    ASSERT_TRUE(f.sched.Add(f.Spec("low", 8, 60, 5)).ok());
+    std::map<std::string, std::vector<int32_t>> tokens;
+    auto step = [&] {
+      for (auto& e : f.Step()) {
+        for (auto& t : e.tokens) tokens[e.id].push_back(t.token);
+      }
+    };
+    for (int i = 0; i < 5; ++i) step();
+    ASSERT_TRUE(f.sched.Add(f.Spec("urgent", 8, 4, 0)).ok());
+    step();
+    EXPECT_EQ(f.planned_ids, std::vector<std::string>{"urgent"});
+    for (int i = 0; i < 200 && f.sched.HasWork(); ++i) step();
+    EXPECT_EQ(tokens["urgent"].size(), 4u);
+    ASSERT_EQ(tokens["low"].size(), 60u);
+    for (size_t i = 0; i < 60; ++i) EXPECT_EQ(tokens["low"][i], (8 + i) % 32);
+  }
+}
+
+// When pages run out, the victim is the lowest priority whichever was admitted first: the request
+// of priority 0 admitted second never stalls while the one of priority 5 runs. Both cross a page
+// boundary in the same step with one page free (prompts of 40 and 41, a step apart, 7 pages):
+// planned in admission order, the first took it and the second preempted itself.
+TEST(Scheduler, PagesGoToTheHigherPriorityFirst) {
+  SchedulerConfig c = Small();
+  c.num_pages = 7;
+  Fixture f(c);
+  ASSERT_TRUE(f.sched.Add(f.Spec("low", 40, 40, 5)).ok());
+  f.Step();
+  ASSERT_TRUE(f.sched.Add(f.Spec("high", 41, 40, 0)).ok());
+  int high_stalled = 0;
+  for (int i = 0; i < 300 && f.sched.HasWork(); ++i) {
+    f.Step();
+    const bool high = std::count(f.planned_ids.begin(), f.planned_ids.end(), "high") > 0;
+    const bool low = std::count(f.planned_ids.begin(), f.planned_ids.end(), "low") > 0;
+    if (low && !high && f.sched.Stats().running + f.sched.Stats().swapped == 2) ++high_stalled;
+  }
+  EXPECT_FALSE(f.sched.HasWork());
+  EXPECT_EQ(high_stalled, 0);
+  EXPECT_GE(f.sched.Stats().preempt_swap, 1);
+}
+
+// A request swapped out at a page boundary comes back only when the page its next token needs is
+// free too: with room for its own pages only, it came back and swapped itself out again at once,
+// every step until the other request finished.
+TEST(Scheduler, SwapInWaitsForTheNextPage) {
+  SchedulerConfig c = Small();
+  c.num_pages = 7;
+  Fixture f(c);
+  std::map<std::string, std::vector<int32_t>> tokens;
+  auto step = [&] {
+    for (auto& e : f.Step()) {
+      for (auto& t : e.tokens) tokens[e.id].push_back(t.token);
+    }
+  };
+  ASSERT_TRUE(f.sched.Add(f.Spec("a", 40, 40)).ok());
+  step();
+  ASSERT_TRUE(f.sched.Add(f.Spec("b", 41, 40)).ok());
+  for (int i = 0; i < 300 && f.sched.HasWork(); ++i) step();
+  EXPECT_FALSE(f.sched.HasWork());
+  EXPECT_EQ(tokens["a"].size(), 40u);
+  EXPECT_EQ(tokens["b"].size(), 40u);
+  EXPECT_LE(f.sched.Stats().preempt_swap, 2);
 }
 
 // When pages run out, the latest lower-priority request is swapped to host memory and later

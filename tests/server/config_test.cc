@@ -110,6 +110,16 @@ TEST(Config, ValidationNamesTheKey) {
   EXPECT_NE(key_of(x).find("parallel.collective_timeout_seconds"), std::string::npos);
   x.collective_timeout_seconds = 3;
   EXPECT_TRUE(Validate(x).ok());
+  // A step of decodes must leave a KDA chunk of budget: 256 requests in a budget of 256 left a
+  // prompt no token until they finished.
+  x = c;
+  x.max_running = 256;
+  x.token_budget = 256;
+  EXPECT_NE(key_of(x).find("batching.token_budget: must be at least batching.max_running + 64"),
+            std::string::npos)
+      << key_of(x);
+  x.token_budget = 320;
+  EXPECT_TRUE(Validate(x).ok());
 }
 
 // Values that once passed validation and then crashed or wrapped downstream: --threads 100000
@@ -156,7 +166,8 @@ TEST(Config, EveryNumberHasAnUpperBound) {
   x.max_request_bytes = INT_MAX;
   x.drain_timeout_seconds = 86400;
   x.kda_state_mib = x.kv_cache_mib = x.prefix_cache_mib = int64_t{1} << 30;
-  x.token_budget = x.max_running = x.max_waiting = int64_t{1} << 20;
+  x.token_budget = x.max_waiting = int64_t{1} << 20;
+  x.max_running = x.token_budget - 64;
   EXPECT_TRUE(Validate(x).ok()) << Validate(x);
   EXPECT_EQ(Message(Validate([&] {
               ServerConfig y = c;
