@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "tokenizer/jinja.h"
 #include "tokenizer/jinja_ast.h"
-#include "tokenizer/jinja_str.h"
+#include "tokenizer/utf8.h"
 
 namespace kimi::tokenizer::jinja {
 namespace {

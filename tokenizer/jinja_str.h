@@ -39,7 +39,5 @@ bool PyParseFloat(absl::string_view s, double* out);
 // and a decimal may not start with 0). Only ASCII digits.
 enum class PyIntParse { kOk, kInvalid, kOutOfRange /* valid, but not an int64 */ };
 PyIntParse PyParseInt(absl::string_view s, int base, int64_t* out);
-// Appends code point `cp` as UTF-8.
-void AppendUtf8(uint32_t cp, std::string* out);
 
 }  // namespace kimi::tokenizer::jinja
