@@ -113,7 +113,18 @@ void Models(Gateway& g, const httplib::Request& req, httplib::Response& res) {
 // deflate as it reads), up to kMaxBodyBytes. Read here rather than by httplib, which checks only
 // the bytes on the wire (40 KB of gzip inflated to 40 MiB and was accepted) and parses a
 // form-encoded body as a form, refusing one over 8 KiB (curl -d sends that Content-Type).
-absl::StatusOr<std::string> ReadBody(const httplib::ContentReader& reader) {
+absl::StatusOr<std::string> ReadBody(const httplib::Request& req,
+                                     const httplib::ContentReader& reader) {
+  // httplib inflates only these names, spelled so: another (GZIP, "gzip, gzip", compress) reached
+  // the JSON parser still compressed and was called invalid JSON.
+  const std::string coding = req.get_header_value("Content-Encoding");
+  if (!coding.empty() && coding != "gzip" && coding != "deflate" && coding != "br" &&
+      coding != "identity") {
+    return WithDetails(absl::InvalidArgumentError(absl::StrCat(
+                           "Content-Encoding \"", coding,
+                           "\" is not supported: send gzip, deflate, br or identity (lower case)")),
+                       "", "unsupported_content_encoding");
+  }
   std::string body;
   bool too_large = false;
   const bool read = reader([&](const char* data, size_t n) {
@@ -136,7 +147,7 @@ httplib::Server::HandlerWithContentReader Completion(Gateway& g, Endpoint endpoi
   return [&g, endpoint](const httplib::Request& req, httplib::Response& res,
                         const httplib::ContentReader& reader) {
     Guarded(req, res, [&] {
-      auto body = ReadBody(reader);
+      auto body = ReadBody(req, reader);
       if (!body.ok()) {
         SendError(res, body.status());
         res.set_header("Connection", "close");  // the rest of the body was not read

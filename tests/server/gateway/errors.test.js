@@ -113,6 +113,14 @@ function assertApiError(e, status, param, code) {
       const ok = await h.request(gw, 'POST', '/v1/completions', {
         body: small, headers: { 'content-encoding': 'gzip' } });
       assert.strictEqual(ok.status, 200, ok.text);
+      // A coding httplib does not inflate (a name in upper case, two codings) is named, not
+      // passed on compressed to be called invalid JSON.
+      for (const coding of ['GZIP', 'gzip, gzip']) {
+        const r = await h.request(gw, 'POST', '/v1/completions', {
+          body: small, headers: { 'content-encoding': coding } });
+        assert.strictEqual(r.status, 400, r.text);
+        assert.strictEqual(r.body.error.code, 'unsupported_content_encoding', r.text);
+      }
     }],
     ['a body is JSON whatever its Content-Type (curl -d sends a form type), past 8 KiB too', async () => {
       const body = JSON.stringify({ model, prompt: 'a'.repeat(9000), max_tokens: 1 });
