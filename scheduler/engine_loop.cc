@@ -155,7 +155,7 @@ bool EngineLoop::RunOnce() {
     TakeInbox();
     // What left the inbox now waits in the scheduler: Submit's queue bound counts it at once, not
     // after the step.
-    stats_.waiting = scheduler_->Stats().waiting;
+    stats_.waiting = scheduler_->waiting();
   }
   const Clock::time_point t0 = Clock::now();
   std::vector<RequestEvent> events;

@@ -55,6 +55,7 @@ inline float ExpNonPositive(float x) {
 typedef float Floats16 __attribute__((vector_size(64)));
 typedef double Doubles8 __attribute__((vector_size(64)));
 typedef float Floats8 __attribute__((vector_size(32)));
+typedef int32_t Ints16 __attribute__((vector_size(64)));
 
 // Lane j of the result = the largest of x[j], x[j + 16], ... (n a multiple of 16; -inf for none;
 // NaNs are passed over).
@@ -315,11 +316,13 @@ class MassOrder {
 void ApplyPenalties(std::vector<float>& l, const SamplingParams& p,
                     std::span<const int32_t> prompt, std::span<const int32_t> output) {
   if (p.repetition_penalty != 1.0f && p.repetition_penalty > 0.0f) {
-    std::vector<char> seen(l.size(), 0);
-    for (int32_t t : prompt) seen[t] = 1;
-    for (int32_t t : output) seen[t] = 1;
-    for (size_t i = 0; i < l.size(); ++i) {
-      if (seen[i]) l[i] = l[i] > 0 ? l[i] / p.repetition_penalty : l[i] * p.repetition_penalty;
+    // Each id seen once, found from the history rather than by a pass over the whole row.
+    std::vector<int32_t> seen(prompt.begin(), prompt.end());
+    seen.insert(seen.end(), output.begin(), output.end());
+    std::sort(seen.begin(), seen.end());
+    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+    for (int32_t t : seen) {
+      l[t] = l[t] > 0 ? l[t] / p.repetition_penalty : l[t] * p.repetition_penalty;
     }
   }
   if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
@@ -331,8 +334,47 @@ void ApplyPenalties(std::vector<float>& l, const SamplingParams& p,
   }
 }
 
-int32_t ArgMax(std::span<const float> l) {
-  return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());  // first wins
+// The first id of the row's largest value, NaNs passed over (0 for a row of NaNs), in one pass:
+// each lane keeps its largest value and where it was (a strict > keeps a lane's first), then the
+// lanes' best is the largest, the lowest id among equals. std::max_element stayed scalar: 82 us a
+// 100k row, more than a whole draw at temperature 0.8 and 13% of a saturated k3-tiny server.
+KIMI_ROW_LOOP int32_t ArgMax(std::span<const float> l) {
+  const size_t whole = l.size() / 16 * 16;
+  Floats16 best;
+  Ints16 at, id;
+  for (int j = 0; j < 16; ++j) {
+    best[j] = -std::numeric_limits<float>::infinity();
+    at[j] = -1;
+    id[j] = j;
+  }
+  for (size_t i = 0; i < whole; i += 16) {
+    Floats16 v;
+    std::memcpy(&v, l.data() + i, sizeof v);
+    const Ints16 better = v > best;
+    best = better ? v : best;
+    at = better ? id : at;
+    id += 16;
+  }
+  float top = -std::numeric_limits<float>::infinity();
+  int32_t arg = -1;
+  for (int j = 0; j < 16; ++j) {  // -1: the lane saw only -inf and NaN
+    if (at[j] >= 0 && (best[j] > top || (best[j] == top && at[j] < arg))) {
+      top = best[j];
+      arg = at[j];
+    }
+  }
+  for (size_t i = whole; i < l.size(); ++i) {
+    if (l[i] > top) {
+      top = l[i];
+      arg = static_cast<int32_t>(i);
+    }
+  }
+  if (arg >= 0) return arg;
+  // Nothing above -inf: the first -inf, else (all NaN) 0.
+  for (size_t i = 0; i < l.size(); ++i) {
+    if (l[i] == top) return static_cast<int32_t>(i);
+  }
+  return 0;
 }
 
 // Probability of each token under temperature, top-k, min-p and top-p, then the token whose

@@ -108,6 +108,8 @@ class Scheduler {
   std::vector<RequestEvent> FinishAll(FinishReason reason, const std::string& detail);
 
   bool HasWork() const { return !waiting_.empty() || !running_.empty() || !swapped_.empty(); }
+  // Stats().waiting alone: read under the engine loop's lock, which Submit and Cancel wait on.
+  int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
   SchedulerStats Stats() const;
   // Verifies the bookkeeping (slots unique, page refcounts equal their holders); for tests.
   absl::Status CheckInvariants() const;

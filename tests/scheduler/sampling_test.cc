@@ -29,6 +29,38 @@ TEST(Sampling, GreedyTakesTheArgmaxAndReportsRawLogprobs) {
   EXPECT_EQ(c.top[2].first, 2);
 }
 
+// Greedy is the first id of the largest value, NaNs passed over (0 when nothing else is there), on
+// rows of every length around the vector width, with ties, -0 beside +0, -inf and NaNs.
+TEST(Sampling, GreedyIsTheFirstLargestIdNaNsPassedOver) {
+  std::mt19937 rng(23);
+  SamplingParams p;
+  p.temperature = 0.0f;
+  int rows = 0;
+  for (size_t n : {1, 2, 15, 16, 17, 31, 32, 33, 100, 1000, 100512}) {
+    for (int kind = 0; kind < 6; ++kind, ++rows) {
+      std::vector<float> l(n);
+      for (float& v : l) v = static_cast<float>(static_cast<int>(rng() % 7) - 3);
+      if (kind == 1) l[rng() % n] = -0.0f;
+      if (kind == 2) {
+        for (size_t i = 0; i < n; i += 3) l[i] = std::nanf("");
+      }
+      if (kind == 3) std::fill(l.begin(), l.end(), -INFINITY);
+      if (kind == 4) std::fill(l.begin(), l.end(), std::nanf(""));
+      if (kind == 5) {
+        std::fill(l.begin(), l.end(), std::nanf(""));
+        l[n - 1] = -INFINITY;
+      }
+      int32_t want = -1;
+      for (size_t i = 0; i < n; ++i) {
+        if (!std::isnan(l[i]) && (want < 0 || l[i] > l[want])) want = static_cast<int32_t>(i);
+      }
+      if (want < 0) want = 0;
+      ASSERT_EQ(SampleToken(l, p, {}, {}, 0).token, want) << "n " << n << " kind " << kind;
+    }
+  }
+  EXPECT_EQ(rows, 11 * 6);
+}
+
 // Draws depend on (seed, index) only; their frequencies follow softmax(l / T).
 // A temperature whose reciprocal overflows a float is greedy (it drew [PAD] or noise before).
 TEST(Sampling, ATemperatureTooSmallToInvertIsGreedy) {
