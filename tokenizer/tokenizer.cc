@@ -1,6 +1,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <filesystem>
 #include <fstream>
@@ -164,6 +165,22 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& mo
   if (auto source = ReadFile(template_path); source.ok()) {
     if (source->find_first_not_of(" \t\r\n") == std::string::npos) {
       return absl::InvalidArgumentError(absl::StrCat(template_path, ": the template is empty"));
+    }
+    // Every <|marker|> the template writes must be a token the checkpoint defines: one missing
+    // from tokenizer_config.json (a K3 checkpoint without its added tokens) was encoded as plain
+    // text, and every chat prompt came out garbled without a word.
+    for (size_t at = source->find("<|"); at != std::string::npos; at = source->find("<|", at + 2)) {
+      const size_t end = source->find("|>", at + 2);
+      if (end == std::string::npos || end - at > 64) continue;
+      const std::string marker = source->substr(at, end + 2 - at);
+      const bool plain = std::all_of(marker.begin() + 2, marker.end() - 2, [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+      });
+      if (plain && !tok->specials_.Id(marker)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            template_path, ": the template writes ", marker,
+            ", which tokenizer_config.json does not define as a token (it would be plain text)"));
+      }
     }
     auto tmpl = ChatTemplate::Parse(*source);
     if (!tmpl.ok()) {

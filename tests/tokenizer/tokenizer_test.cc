@@ -69,6 +69,18 @@ TEST(Tokenizer, LoadErrorsNameTheFile) {
   auto folder_template = Tokenizer::Load(folder);
   ASSERT_FALSE(folder_template.ok());
   EXPECT_NE(folder_template.status().message().find("not a regular file"), std::string::npos);
+  // A template whose markers the checkpoint lacks (K3's <|open|> on Kimi Linear's tokens) would
+  // write them as text.
+  const std::string markers =
+      WriteModelDir("load_tmpl_markers", ByteRanks(), false, "<|open|>{{ messages }}<|im_end|>");
+  auto unknown_marker = Tokenizer::Load(markers);
+  ASSERT_FALSE(unknown_marker.ok());
+  EXPECT_NE(unknown_marker.status().message().find("writes <|open|>, which tokenizer_config.json"),
+            std::string::npos)
+      << unknown_marker.status();
+  EXPECT_TRUE(
+      Tokenizer::Load(WriteModelDir("load_tmpl_known", ByteRanks(), true, "<|open|>{{ x }}<|sep|>"))
+          .ok());
   const std::string eos = WriteModelDir("load_bad_eos", ByteRanks(), false);
   testing::WriteText(eos + "/generation_config.json", R"({"eos_token_id": 99999999999})");
   auto bad_eos = Tokenizer::Load(eos);
