@@ -504,6 +504,22 @@ int Run(int argc, char** argv) {
                  "{} B for {} tokens/step; concurrency {} (minimum over pools)",
                  st.slots_total, KdaStatePool::SlotBytes(b.model->config()), st.pages_total,
                  c.page_size, st.attn_res_bytes_total, c.token_budget, b.loop->Concurrency());
+    // Sizes that silently gave something else than asked (a k3-mini snapshot is 4.8 MiB: a
+    // prefix cache of 4 MiB kept nothing, a state pool of 1 MiB held one slot anyway).
+    const int64_t slot_bytes = KdaStatePool::SlotBytes(b.model->config());
+    const double slot_mib = static_cast<double>(slot_bytes) / (1 << 20);
+    if ((c.kda_state_mib << 20) < slot_bytes) {
+      spdlog::warn(
+          "memory.kda_state_mib {} is less than one request's KDA state ({:.1f} MiB): one "
+          "slot is allocated anyway",
+          c.kda_state_mib, slot_mib);
+    }
+    if (c.prefix_cache_mib > 0 && (c.prefix_cache_mib << 20) < slot_bytes) {
+      spdlog::warn(
+          "memory.prefix_cache_mib {} holds no snapshot of the KDA state ({:.1f} MiB): "
+          "the prefix cache keeps nothing",
+          c.prefix_cache_mib, slot_mib);
+    }
     b.loop->Start();
     if (absl::Status s = WarmUp(b); !s.ok()) return fail(1, std::string(s.message()));
     // SERVING only if no signal came first (the main thread holds `phase_mu` while it decides).
