@@ -41,7 +41,8 @@ absl::Status ApiKeys::Check(const std::string& authorization) const {
   if (!enabled()) return absl::OkStatus();
   if (authorization.empty()) {
     return absl::UnauthenticatedError(
-        "missing API key: send metadata 'authorization: Bearer <key>'");
+        "missing API key: send 'authorization: Bearer <key>' (an HTTP header through the "
+        "gateway, gRPC metadata otherwise)");
   }
   // "Bearer <key>"; the scheme's case does not matter (RFC 7235), the key's does.
   constexpr absl::string_view kBearer = "bearer ";

@@ -34,7 +34,8 @@ TEST(ApiKeys, BearerKeysFromFile) {
   EXPECT_EQ(keys->Check("Bearer SK-ALPHA").code(), absl::StatusCode::kUnauthenticated);
   // Each failure says what is wrong: nothing sent, no Bearer scheme, or an unknown key.
   EXPECT_EQ(keys->Check("").message(),
-            "missing API key: send metadata 'authorization: Bearer <key>'");
+            "missing API key: send 'authorization: Bearer <key>' (an HTTP header through the "
+            "gateway, gRPC metadata otherwise)");
   EXPECT_EQ(keys->Check("sk-alpha").message(),
             "authorization: expected 'Bearer <key>' (the Bearer scheme, a space, then the key)");
   EXPECT_EQ(keys->Check("Basic c2stYWxwaGE=").message(),
