@@ -99,16 +99,20 @@ void PrefixCache::EvictOldest() {
   lru_.pop_back();
 }
 
-bool PrefixCache::FreePages(int64_t pages_needed) {
-  if (pages_->free() >= pages_needed) return true;
-  // Pages the cache alone holds are what dropping every entry would free.
+int64_t PrefixCache::FreeablePages() const {
+  if (lru_.empty()) return 0;
   std::vector<int32_t> refs(static_cast<size_t>(pages_->capacity()), 0);
   CountPageRefs(refs);
   int64_t freeable = 0;
   for (size_t p = 0; p < refs.size(); ++p) {
     if (refs[p] > 0 && refs[p] == pages_->refs(static_cast<int32_t>(p))) ++freeable;
   }
-  if (pages_->free() + freeable < pages_needed) return false;
+  return freeable;
+}
+
+bool PrefixCache::FreePages(int64_t pages_needed) {
+  if (pages_->free() >= pages_needed) return true;
+  if (pages_->free() + FreeablePages() < pages_needed) return false;
   while (pages_->free() < pages_needed && !lru_.empty()) EvictOldest();
   return pages_->free() >= pages_needed;
 }

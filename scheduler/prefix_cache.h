@@ -47,6 +47,8 @@ class PrefixCache {
   // are. Drops nothing when even every entry would not free enough (pages running requests share
   // stay): the cache was wiped by every reservation that failed anyway.
   bool FreePages(int64_t pages_needed);
+  // Pages only the cache holds: what dropping every entry would free.
+  int64_t FreeablePages() const;
 
   int64_t interval() const { return interval_; }
   int64_t entries() const { return static_cast<int64_t>(lru_.size()); }

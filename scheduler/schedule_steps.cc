@@ -24,18 +24,30 @@ std::vector<RequestEvent> Scheduler::DropCancelled() {
   return events;
 }
 
-// Waiting requests by effective priority (priority minus one per aging period waited), then
-// arrival: FIFO within a priority, and no request starves behind a stream of urgent ones.
+// A request's rank: its priority minus one per aging period since it arrived (no request starves
+// behind a stream of urgent ones), then its arrival. Every choice between requests uses it: the
+// waiting order, which of a swapped and a waiting request starts next, the victims. Mixing it
+// with the plain priority let a preempted old request come back ahead of the one it had yielded
+// to, and re-prefill, every step; and a swapped request ordered by arrival alone could block a
+// waiting one that blocked it back, with nothing running.
+int64_t Scheduler::Effective(const Request& r) const {
+  const double waited = std::chrono::duration<double>(now_ - r.arrived).count();
+  return r.spec.priority - static_cast<int64_t>(std::floor(waited / config_.aging_seconds));
+}
+
+bool Scheduler::Before(const Request* a, const Request* b) const {
+  const int64_t ea = Effective(*a), eb = Effective(*b);
+  return ea != eb ? ea < eb : a->arrival < b->arrival;
+}
+
 void Scheduler::SortWaiting() {
-  const Clock::time_point now = Clock::now();
-  auto effective = [&](const Request* r) {
-    const double waited = std::chrono::duration<double>(now - r->arrived).count();
-    return r->spec.priority - static_cast<int64_t>(std::floor(waited / config_.aging_seconds));
-  };
-  std::stable_sort(waiting_.begin(), waiting_.end(), [&](const Request* a, const Request* b) {
-    const int64_t ea = effective(a), eb = effective(b);
-    return ea != eb ? ea < eb : a->arrival < b->arrival;
-  });
+  std::stable_sort(waiting_.begin(), waiting_.end(),
+                   [&](const Request* a, const Request* b) { return Before(a, b); });
+}
+
+void Scheduler::SortSwapped() {
+  std::sort(swapped_.begin(), swapped_.end(),
+            [&](const Request* a, const Request* b) { return Before(a, b); });
 }
 
 // Tokens `r` runs this step under `budget`. A chunk that does not finish the known tokens ends
@@ -96,8 +108,7 @@ void Scheduler::SwapOut(Request& r) {
     r.swap_pages = pages_handle;
     r.state = RequestState::kSwapped;
     swapped_.push_back(&r);
-    std::sort(swapped_.begin(), swapped_.end(),
-              [](const Request* a, const Request* b) { return a->arrival < b->arrival; });
+    SortSwapped();
   } else {
     ++counters_.preempt_recompute;
     Release(r);
@@ -157,17 +168,14 @@ bool Scheduler::AdmitWaiting(Request& r) {
   return true;
 }
 
-// The running request that should yield: the lowest priority, latest arrival, not planned this
-// step; with `admitted`, only requests of lower priority than it (and never it).
+// The running request that should yield: the last by rank, not planned this step; with
+// `admitted`, only requests of lower (effective) priority than it (and never it).
 Request* Scheduler::Victim(const std::vector<Request*>& planned, const Request* admitted) const {
   Request* victim = nullptr;
   for (Request* r : running_) {
     if (std::find(planned.begin(), planned.end(), r) != planned.end()) continue;
-    if (admitted && (r == admitted || r->spec.priority <= admitted->spec.priority)) continue;
-    if (!victim || r->spec.priority > victim->spec.priority ||
-        (r->spec.priority == victim->spec.priority && r->arrival > victim->arrival)) {
-      victim = r;
-    }
+    if (admitted && (r == admitted || Effective(*r) <= Effective(*admitted))) continue;
+    if (!victim || Before(victim, r)) victim = r;
   }
   return victim;
 }
@@ -180,20 +188,19 @@ Request* Scheduler::Victim(const std::vector<Request*>& planned, const Request* 
 // all of them would not.
 void Scheduler::PreemptForPriority() {
   if (waiting_.empty() || running_.empty()) return;
-  SortWaiting();
   const Request& next = *waiting_.front();
+  if (!swapped_.empty() && !Before(&next, swapped_.front())) return;  // that one starts first
   const int64_t needed = (next.total() + 1 + config_.page_size - 1) / config_.page_size;
-  int64_t slots = slots_.free(), pages = pages_.free();
+  // Pages the prefix cache alone holds are freed for admission before any request is preempted.
+  int64_t slots = slots_.free(), pages = pages_.free() + (prefix_ ? prefix_->FreeablePages() : 0);
   auto fits = [&] { return slots > 0 && pages >= needed; };
   if (fits()) return;
   std::vector<Request*> lower;
   for (Request* r : running_) {
-    if (r->spec.priority > next.spec.priority) lower.push_back(r);
+    if (Effective(*r) > Effective(next)) lower.push_back(r);
   }
-  std::sort(lower.begin(), lower.end(), [](const Request* a, const Request* b) {
-    return a->spec.priority != b->spec.priority ? a->spec.priority > b->spec.priority
-                                                : a->arrival > b->arrival;
-  });
+  std::sort(lower.begin(), lower.end(),
+            [&](const Request* a, const Request* b) { return Before(b, a); });
   size_t yield = 0;
   for (; yield < lower.size() && !fits(); ++yield) {
     ++slots;
@@ -258,46 +265,40 @@ StepPlan Scheduler::Schedule(std::vector<RequestEvent>* events) {
   };
 
   // 0. Room for a waiting request that outranks running ones.
+  now_ = Clock::now();
+  SortWaiting();
+  SortSwapped();
   PreemptForPriority();
-  // 1. Running requests, by priority, then earliest admitted: when pages run out, the victims are
-  // the lowest priority not planned yet (in admission order, a request of priority 5 planned
-  // first kept running while one of priority 0 was preempted).
+  // 1. Running requests by rank: when pages run out, the victims are the last by rank not planned
+  // yet (in admission order, a request of priority 5 planned first kept running while one of
+  // priority 0 was preempted).
   std::vector<Request*> running = running_;
-  std::stable_sort(running.begin(), running.end(), [](const Request* a, const Request* b) {
-    return a->spec.priority < b->spec.priority;
-  });
+  std::stable_sort(running.begin(), running.end(),
+                   [&](const Request* a, const Request* b) { return Before(a, b); });
   for (Request* r : running) {
     if (r->state == RequestState::kRunning && !is_planned(r)) try_run(*r);
   }
-  // 2. Swapped requests resume before anything new is admitted, unless a waiting one outranks
-  // them (one just preempted for it would come straight back).
+  // 2. Swapped and waiting requests, the first by rank each time (a swapped one before a waiting
+  // one of the same rank: its work is kept); stop at the first that does not fit (no
+  // overtaking). One order for both: a rule for each let them block each other for good.
   SortWaiting();
-  auto outranked = [&](const Request* s) {
-    return !waiting_.empty() && waiting_.front()->spec.priority < s->spec.priority;
-  };
-  while (!swapped_.empty() && budget > 0 && !outranked(swapped_.front())) {
-    Request* r = swapped_.front();
-    if (!SwapIn(*r)) break;
-    swapped_.pop_front();
-    try_run(*r);
-    if (!is_planned(r)) break;  // it could not run (and may be swapped out again): next step
-  }
-  // 3. Waiting requests in priority order; stop at the first that does not fit (no overtaking).
-  // Swapped requests come first, unless the waiting one outranks every one of them.
-  auto outranks_swapped = [&](const Request* w) {
-    return std::all_of(swapped_.begin(), swapped_.end(),
-                       [&](const Request* s) { return w->spec.priority < s->spec.priority; });
-  };
-  while (!waiting_.empty() && budget > 0 && outranks_swapped(waiting_.front())) {
-    Request* r = waiting_.front();
-    if (!AdmitWaiting(*r)) break;
-    if (!ReserveForAdmission(*r, planned)) {
-      BackToQueue(*r);
-      break;
+  while (budget > 0 && (!swapped_.empty() || !waiting_.empty())) {
+    const bool resume =
+        !swapped_.empty() && (waiting_.empty() || !Before(waiting_.front(), swapped_.front()));
+    Request* r = resume ? swapped_.front() : waiting_.front();
+    if (resume) {
+      if (!SwapIn(*r)) break;
+      swapped_.pop_front();
+    } else {
+      if (!AdmitWaiting(*r)) break;
+      if (!ReserveForAdmission(*r, planned)) {
+        BackToQueue(*r);
+        break;
+      }
+      if (prefix_) prefix_->Count(r->cached_tokens);
     }
-    if (prefix_) prefix_->Count(r->cached_tokens);
     try_run(*r);
-    if (!is_planned(r)) break;
+    if (!is_planned(r)) break;  // it could not run (and may be preempted again): next step
   }
   // 4. The engine's view of the plan.
   for (size_t i = 0; i < plan.seqs.size(); ++i) {

@@ -136,6 +136,9 @@ class Scheduler {
   void Release(Request& r);
   RequestEvent Finished(Request& r, FinishReason reason, const std::string& detail);
   void SortWaiting();
+  void SortSwapped();
+  int64_t Effective(const Request& r) const;
+  bool Before(const Request* a, const Request* b) const;
   void MaybeSnapshot(Request& r);
 
   int64_t NewHandle() { return next_handle_++; }
@@ -152,7 +155,8 @@ class Scheduler {
   std::map<std::string, std::unique_ptr<Request>> requests_;
   std::deque<Request*> waiting_;  // priority order (SortWaiting)
   std::vector<Request*> running_;  // admission order
-  std::deque<Request*> swapped_;   // oldest first: resumed before new admissions
+  std::deque<Request*> swapped_;   // by rank (SortSwapped)
+  Clock::time_point now_ = Clock::now();  // of the step being scheduled: ranks age with it
   uint64_t next_arrival_ = 0;
   SchedulerStats counters_;
 };

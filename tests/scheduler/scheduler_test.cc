@@ -1,8 +1,10 @@
 #include "scheduler/scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <random>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "tests/scheduler/fake_model.h"
@@ -207,6 +209,75 @@ TEST(Scheduler, PriorityPreemptsLowerRequests) {
     ASSERT_EQ(tokens["low"].size(), 60u);
     for (size_t i = 0; i < 60; ++i) EXPECT_EQ(tokens["low"][i], (8 + i) % 32);
   }
+}
+
+// Swapped and waiting requests start in one order: with a rule for each, swapped = [A (priority
+// 5, first), B (0)] and waiting = [W (1)] blocked each other (A's place barred W's resumption of
+// the swapped, B barred W's admission) and nothing ran again.
+TEST(Scheduler, SwappedAndWaitingRequestsNeverBlockEachOther) {
+  SchedulerConfig c = Small();
+  c.max_running = 1;
+  Fixture f(c);
+  std::map<std::string, size_t> tokens;
+  auto step = [&] {
+    for (auto& e : f.Step()) tokens[e.id] += e.tokens.size();
+  };
+  ASSERT_TRUE(f.sched.Add(f.Spec("a5", 8, 30, 5)).ok());
+  step();
+  ASSERT_TRUE(f.sched.Add(f.Spec("b0", 8, 30, 0)).ok());
+  step();
+  ASSERT_TRUE(f.sched.Add(f.Spec("c-1", 8, 10, -1)).ok());
+  step();
+  ASSERT_TRUE(f.sched.Add(f.Spec("w1", 8, 10, 1)).ok());
+  for (int i = 0; i < 300 && f.sched.HasWork(); ++i) step();
+  EXPECT_FALSE(f.sched.HasWork());
+  EXPECT_EQ(tokens["a5"], 30u);
+  EXPECT_EQ(tokens["b0"], 30u);
+  EXPECT_EQ(tokens["c-1"], 10u);
+  EXPECT_EQ(tokens["w1"], 10u);
+}
+
+// A request of higher priority that lacks pages takes those only the prefix cache holds before it
+// preempts anyone: counted without them, a running request was swapped out while the cache kept
+// 12 pages it would have given up.
+TEST(Scheduler, PriorityTakesCachePagesBeforePreempting) {
+  SchedulerConfig c = Small();
+  c.num_pages = 20;
+  c.prefix_interval = 64;
+  c.prefix_cache_bytes = int64_t{1} << 30;
+  Fixture f(c);
+  ASSERT_TRUE(f.sched.Add(f.Spec("cached", 192, 1)).ok());
+  for (int i = 0; i < 20 && f.sched.HasWork(); ++i) f.Step();
+  ASSERT_GT(f.sched.Stats().pages_cached, 0);
+  ASSERT_TRUE(f.sched.Add(f.Spec("low", 40, 100, 5)).ok());
+  f.Step();
+  f.Step();
+  ASSERT_LT(f.sched.Stats().pages_total - f.sched.Stats().pages_used,
+            7);  // free: fewer than needed
+  ASSERT_TRUE(f.sched.Add(f.Spec("urgent", 100, 5, 0)).ok());
+  f.Step();
+  EXPECT_EQ(f.sched.Stats().preempt_swap, 0);
+  EXPECT_EQ(std::count(f.planned_ids.begin(), f.planned_ids.end(), "urgent"), 1);
+  EXPECT_EQ(std::count(f.planned_ids.begin(), f.planned_ids.end(), "low"), 1);
+}
+
+// Victims are chosen by the same aged priority that orders the queue: a long-running request of
+// priority 5 whose age outranks a new one of priority 0 keeps running. Chosen by the plain
+// priority, it was preempted (recompute), re-admitted ahead by its age, and preempted again,
+// every step, and the new one never ran.
+TEST(Scheduler, AgingAndPreemptionAgree) {
+  SchedulerConfig c = Small();
+  c.max_running = 1;
+  c.preempt = Recompute{};
+  c.aging_seconds = 0.01;
+  Fixture f(c);
+  ASSERT_TRUE(f.sched.Add(f.Spec("old5", 8, 40, 5)).ok());
+  f.Step();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(f.sched.Add(f.Spec("new0", 8, 5, 0)).ok());
+  for (int i = 0; i < 300 && f.sched.HasWork(); ++i) f.Step();
+  EXPECT_FALSE(f.sched.HasWork());
+  EXPECT_LE(f.sched.Stats().preempt_recompute, 1);
 }
 
 // When pages run out, the victim is the lowest priority whichever was admitted first: the request
