@@ -231,8 +231,10 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     // and an empty entry matched it).
     uint64_t bytes = DTypeSize(t.dtype);
     for (const auto& d : e["shape"]) {
-      if (!d.is_number_unsigned() || __builtin_mul_overflow(bytes, d.get<uint64_t>(), &bytes) ||
-          bytes > (uint64_t{1} << 62)) {
+      // Each dimension bounded too: after a 0 the product cannot overflow, and 2^64 - 1 would read
+      // as -1 below.
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 62) ||
+          __builtin_mul_overflow(bytes, d.get<uint64_t>(), &bytes) || bytes > (uint64_t{1} << 62)) {
         return Corrupt(path, absl::StrCat("tensor ", name, " has a bad shape ", e["shape"].dump()));
       }
       t.shape.push_back(d.get<int64_t>());

@@ -99,7 +99,8 @@ struct StreamShared {
 
 class GenerateStream : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  GenerateStream(Backend* b, grpc::CallbackServerContext* ctx) : backend_(b), ctx_(ctx) {
+  GenerateStream(Backend* b, grpc::CallbackServerContext* ctx)
+      : backend_(b), ctx_(ctx), arrived_(std::chrono::system_clock::now()) {
     shared_ = std::make_shared<StreamShared>();
     shared_->reactor = this;
   }
@@ -134,8 +135,14 @@ class GenerateStream : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   // A client whose own deadline passes resets the stream before the server's copy of the deadline
   // (taken when the call arrived) passes: a cancel or a failed write this close to it is the
   // deadline's. The cancellation is counted with the request's final event, by its reason.
+  // The margin is at most a quarter of the call's whole time, so that a client cancelling a call
+  // with a deadline of 250 ms or less is not always taken for its deadline.
   bool NearDeadline() const {
-    return ctx_->deadline() <= std::chrono::system_clock::now() + kDeadlineMargin;
+    const auto deadline = ctx_->deadline();
+    if (deadline == std::chrono::system_clock::time_point::max()) return false;
+    const auto margin =
+        std::min<std::chrono::system_clock::duration>(kDeadlineMargin, (deadline - arrived_) / 4);
+    return deadline <= std::chrono::system_clock::now() + margin;
   }
 
   void OnCancel() override {
@@ -186,6 +193,7 @@ class GenerateStream : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   Backend* backend_;
   grpc::CallbackServerContext* ctx_;
+  std::chrono::system_clock::time_point arrived_;  // when the call reached the service
   std::shared_ptr<StreamShared> shared_;
   std::string id_;
 };

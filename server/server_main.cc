@@ -546,6 +546,12 @@ int Run(int argc, char** argv) {
       spdlog::info("{} during start-up: stopping before serving", strsignal(sig));
       spdlog::default_logger()->flush();
       std::fflush(nullptr);
+      // The other ranks are told at once (they would wait for rank 0's first step until the
+      // collective timeout); mpirun then reports the job as ended by rank 0.
+      if (cluster->world) {
+        MpiCommunicator::Abort(
+            absl::StrCat("rank 0: ", strsignal(sig), " during start-up: stopping before serving"));
+      }
       std::_Exit(0);
     }
   }

@@ -125,6 +125,12 @@ absl::StatusOr<std::string> ReadBody(const httplib::Request& req,
                            "\" is not supported: send gzip, deflate, br or identity (lower case)")),
                        "", "unsupported_content_encoding");
   }
+  if (req.is_multipart_form_data()) {  // httplib would call a multipart receiver this never gives
+    return WithDetails(
+        absl::InvalidArgumentError(
+            "multipart/form-data bodies are not supported: send the request as JSON"),
+        "", "invalid_request");
+  }
   std::string body;
   bool too_large = false;
   const bool read = reader([&](const char* data, size_t n) {

@@ -137,6 +137,12 @@ TEST(Safetensors, DamagedFilesAreErrors) {
   const uint64_t grown = n + std::string("[1099511627776,1099511627776]").size() - 5;
   std::memcpy(overflow.data(), &grown, 8);
   expect_error(overflow, "bad shape");
+  // A zero dimension keeps the product from overflowing: each dimension is bounded on its own.
+  std::string huge_dim = good;
+  huge_dim.replace(at, 5, "[0,18446744073709551615]");
+  const uint64_t n2 = n + std::string("[0,18446744073709551615]").size() - 5;
+  std::memcpy(huge_dim.data(), &n2, 8);
+  expect_error(huge_dim, "bad shape");
   // A FIFO named as a shard: refused at once (opening it blocked forever).
   const std::string fifo = dir + "/fifo.safetensors";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);

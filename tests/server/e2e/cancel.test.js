@@ -27,6 +27,33 @@ const h = require('./harness');
       const text = await h.scrape(server);
       assert.strictEqual(h.metric(text, 'kimi_mla_kv_pages{state="used"}'), 0);
     }],
+    ['a cancel well before a short deadline is the client\'s, not the deadline\'s', async () => {
+      // A deadline of 240 ms and a cancel at the first token: with a fixed 250 ms margin, any
+      // cancel of a call this short was taken for its deadline; now the margin is a quarter of
+      // the call's time (60 ms). Checked when the first token comes early enough to tell.
+      const series = 'kimi_request_cancellations_total{reason="client_cancel"}';
+      const before = h.metric(await h.scrape(server), series);
+      const t0 = Date.now();
+      let cancelledAt = -1;
+      const call = c.Generate({ text: 'short deadline', max_tokens: 4000, ignore_eos: true },
+                              new h.grpc.Metadata(), { deadline: t0 + 240 });
+      await new Promise((resolve) => {
+        call.on('data', () => {
+          if (cancelledAt < 0) {
+            cancelledAt = Date.now() - t0;
+            call.cancel();
+          }
+        });
+        call.on('error', () => resolve());
+        call.on('end', resolve);
+      });
+      if (cancelledAt < 0 || cancelledAt > 120) {
+        console.log(`  (first token at ${cancelledAt} ms: too late to tell on this host)`);
+        return;
+      }
+      await h.waitFor(async () => h.metric(await h.scrape(server), series) === before + 1, 5000,
+                      'the cancel counted as the client\'s');
+    }],
     ['an expired deadline ends the stream with DEADLINE_EXCEEDED, counted as a deadline', async () => {
       const series = ['kimi_request_cancellations_total{reason="deadline"}',
                       'kimi_request_cancellations_total{reason="client_cancel"}',

@@ -122,6 +122,15 @@ function assertApiError(e, status, param, code) {
         assert.strictEqual(r.body.error.code, 'unsupported_content_encoding', r.text);
       }
     }],
+    ['a multipart body is a 400 naming the problem (httplib would have thrown: a 500)', async () => {
+      const boundary = 'kimiboundary';
+      const body = `--${boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\n${model}` +
+                   `\r\n--${boundary}--\r\n`;
+      const r = await h.request(gw, 'POST', '/v1/completions', {
+        body, headers: { 'content-type': `multipart/form-data; boundary=${boundary}` } });
+      assert.strictEqual(r.status, 400, r.text);
+      assert.ok(r.body.error.message.includes('multipart/form-data'), r.text);
+    }],
     ['a body is JSON whatever its Content-Type (curl -d sends a form type), past 8 KiB too', async () => {
       const body = JSON.stringify({ model, prompt: 'a'.repeat(9000), max_tokens: 1 });
       const r = await h.request(gw, 'POST', '/v1/completions', {
