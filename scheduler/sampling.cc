@@ -450,22 +450,15 @@ int32_t Draw(std::span<const float> l, const SamplingParams& p, double u, float 
     }
     return probs[i];
   };
-  if (order.size() < keep) {
-    bool beyond = false;
-    if (p.top_p < 1.0f) {
-      double mass = 0.0;
-      for (size_t i = 0; i < order.size(); ++i) mass += prob(i);
-      beyond = !(mass >= p.top_p);
-    } else {
-      beyond = prob(order.size() - 1) >= p.min_p * prob(0);
-    }
-    if (beyond) return DrawWholeRow(l, p, u, w, total);
-  }
+  // A filter that would look past the candidates in order (fewer than `keep` only without
+  // top-k) draws from the whole row by mass.
+  const size_t known = order.size();
   size_t n = keep;
   if (p.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p
     double mass = 0.0;
     size_t m = 0;
     while (m < keep) {
+      if (m == known) return DrawWholeRow(l, p, u, w, total);
       mass += prob(m++);
       if (mass >= p.top_p) break;
     }
@@ -474,7 +467,11 @@ int32_t Draw(std::span<const float> l, const SamplingParams& p, double u, float 
   if (p.min_p > 0.0f) {  // drop tokens below min_p times the best probability
     const double floor = p.min_p * prob(0);
     size_t m = 1;
-    while (m < n && prob(m) >= floor) ++m;
+    while (m < n) {
+      if (m == known) return DrawWholeRow(l, p, u, w, total);
+      if (!(prob(m) >= floor)) break;
+      ++m;
+    }
     n = m;
   }
   double mass = 0.0;

@@ -45,6 +45,15 @@ void Scheduler::SortWaiting() {
                    [&](const Request* a, const Request* b) { return Before(a, b); });
 }
 
+// Back into the waiting queue at its rank's place (a preempted request of low rank must not start
+// ahead of the one it yielded to), so the queue stays in order through a step.
+void Scheduler::Requeue(Request& r) {
+  waiting_.insert(
+      std::upper_bound(waiting_.begin(), waiting_.end(), &r,
+                       [&](const Request* a, const Request* b) { return Before(a, b); }),
+      &r);
+}
+
 void Scheduler::SortSwapped() {
   std::sort(swapped_.begin(), swapped_.end(),
             [&](const Request* a, const Request* b) { return Before(a, b); });
@@ -84,7 +93,7 @@ void Scheduler::BackToQueue(Request& r) {
   r.computed = 0;
   r.cached_tokens = 0;
   r.state = RequestState::kWaiting;
-  waiting_.push_front(&r);
+  Requeue(r);
 }
 
 void Scheduler::SwapOut(Request& r) {
@@ -114,7 +123,7 @@ void Scheduler::SwapOut(Request& r) {
     Release(r);
     r.computed = 0;  // prompt + output so far are prefilled again
     r.state = RequestState::kWaiting;
-    waiting_.push_front(&r);
+    Requeue(r);
   }
   ++r.preemptions;
 }
@@ -281,7 +290,6 @@ StepPlan Scheduler::Schedule(std::vector<RequestEvent>* events) {
   // 2. Swapped and waiting requests, the first by rank each time (a swapped one before a waiting
   // one of the same rank: its work is kept); stop at the first that does not fit (no
   // overtaking). One order for both: a rule for each let them block each other for good.
-  SortWaiting();
   while (budget > 0 && (!swapped_.empty() || !waiting_.empty())) {
     const bool resume =
         !swapped_.empty() && (waiting_.empty() || !Before(waiting_.front(), swapped_.front()));

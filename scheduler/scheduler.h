@@ -137,6 +137,7 @@ class Scheduler {
   RequestEvent Finished(Request& r, FinishReason reason, const std::string& detail);
   void SortWaiting();
   void SortSwapped();
+  void Requeue(Request& r);
   int64_t Effective(const Request& r) const;
   bool Before(const Request* a, const Request* b) const;
   void MaybeSnapshot(Request& r);

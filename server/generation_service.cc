@@ -2,6 +2,7 @@
 
 #include <deque>
 #include <mutex>
+#include <string_view>
 
 #include <grpcpp/support/byte_buffer.h>
 #include <spdlog/spdlog.h>
@@ -51,20 +52,28 @@ v1::FinishReason ToProto(sched::FinishReason r) {
   return v1::FINISH_REASON_UNSPECIFIED;
 }
 
+// Why a request that finished CANCELLED with `detail` was cancelled, as
+// kimi_request_cancellations_total's reason names it; the final status follows from it.
+const char* CancellationReason(const std::string& detail) {
+  if (detail == "deadline exceeded") return "deadline";
+  if (detail.find("shut down") != std::string::npos) return "shutdown";
+  return "client_cancel";
+}
+
 // The RPC status a stream ends with, given how the request finished.
 grpc::Status FinalStatus(sched::FinishReason r, const std::string& detail) {
   switch (r) {
     case sched::FinishReason::kStop:
     case sched::FinishReason::kLength:
       return grpc::Status::OK;
-    case sched::FinishReason::kCancelled:
-      if (detail == "deadline exceeded") {
-        return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, detail);
-      }
-      if (detail.find("shut down") != std::string::npos) {
+    case sched::FinishReason::kCancelled: {
+      const std::string_view reason = CancellationReason(detail);
+      if (reason == "deadline") return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, detail);
+      if (reason == "shutdown") {
         return grpc::Status(grpc::StatusCode::UNAVAILABLE, detail + "; retry on another replica");
       }
       return grpc::Status(grpc::StatusCode::CANCELLED, detail);
+    }
     case sched::FinishReason::kError:
     case sched::FinishReason::kNone:
       break;
@@ -78,13 +87,6 @@ class GenerateStream;
 // the client's timer starts before the call reaches the server, by as much as the call took to
 // arrive and be read (tens of ms, more on a busy host; 50 ms misnamed some under a loaded test).
 constexpr std::chrono::milliseconds kDeadlineMargin{250};
-
-// kimi_request_cancellations_total's reason for a request that finished CANCELLED with `detail`.
-const char* CancellationReason(const std::string& detail) {
-  if (detail == "deadline exceeded") return "deadline";
-  if (detail.find("shut down") != std::string::npos) return "shutdown";
-  return "client_cancel";
-}
 
 // Shared between the reactor (gRPC threads) and the sink (engine thread); outlives either.
 struct StreamShared {

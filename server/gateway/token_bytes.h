@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -29,6 +30,7 @@ class TokenBytes {
 
  private:
   void UseModel(const std::string& model);
+  std::optional<TokenPiece> Cached(const std::string& model, uint32_t id);
 
   BackendClient* backend_;
   std::mutex mu_;
