@@ -179,7 +179,13 @@ absl::Status LeaderStepRunner::Idle() {
   m.command = Command::kHeartbeat;
   m.ops = std::move(sink_.pending);  // ops of finished requests: keep every shard in step
   sink_.pending.clear();
-  return Send(m);
+  if (absl::Status s = Send(m); !s.ok()) return s;
+  // Every rank answers the heartbeat, so a rank that hangs while the server is idle ends the job
+  // within the deadline, instead of hanging the next request's first collective for as long.
+  if (absl::Status s = comms_.world->Barrier(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("idle heartbeat: ", s.message()));
+  }
+  return absl::OkStatus();
 }
 
 void LeaderStepRunner::Stop() {
@@ -209,7 +215,10 @@ absl::Status FollowerLoop(const Model& model, EngineComms comms,
     if (!m.ok()) return m.status();
     if (absl::Status s = ApplyAll(store, m->ops); !s.ok()) return s;
     if (m->command == Command::kStop) return absl::OkStatus();
-    if (m->command == Command::kHeartbeat) continue;
+    if (m->command == Command::kHeartbeat) {
+      if (absl::Status s = comms.world->Barrier(); !s.ok()) return s;  // answered: see Idle()
+      continue;
+    }
     const std::vector<SequenceStep> batch = m->Batch();
     if (absl::Status s = engine.Step(batch, state, &out); !s.ok()) return s;
   }

@@ -1,8 +1,9 @@
 // Serving one model over many ranks (SPMD). Rank 0 runs the scheduler; before every step it
 // broadcasts one message: the state operations the scheduler asked for since the last step, then
 // the step's batch. Every rank applies the operations to its shard of the pools and runs its shard
-// of the step; rank 0 receives the logits. When idle, rank 0 sends a heartbeat, so a follower
-// that hears nothing for long knows rank 0 is gone and ends the job instead of waiting forever.
+// of the step; rank 0 receives the logits. When idle, rank 0 sends a heartbeat that every rank
+// answers (a barrier), so a follower that hears nothing for long knows rank 0 is gone, and rank 0
+// learns of a follower that hangs, and either ends the job instead of waiting forever.
 #pragma once
 
 #include <algorithm>

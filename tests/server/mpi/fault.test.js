@@ -38,5 +38,17 @@ const exited = (server, ms) => Promise.race([
       assert.ok(res.error, 'the request cannot have succeeded');
       console.log(`     ended ${Date.now() - t0} ms after the hang`);
     }],
+    ['a rank that hangs while the server is idle ends the job, naming it', async () => {
+      const server = await h.startMpiServer(2, common, { env: { KIMI_MODEL: model } });
+      process.kill(server.ranks[1], 'SIGSTOP');
+      const t0 = Date.now();
+      // No request: rank 0's next heartbeat (every 5/3 s) waits for rank 1's answer for 5 s.
+      const exit = server.exited || await exited(server, 40000);
+      try { process.kill(server.ranks[1], 'SIGKILL'); } catch (e) { /* gone with the job */ }
+      assert.ok(exit, `job still running 40 s after rank 1 hung:\n${server.log}`);
+      assert.ok(/idle heartbeat: .*barrier with ranks 1 did not complete in 5 s/.test(server.log),
+                server.log);
+      console.log(`     ended ${Date.now() - t0} ms after the hang`);
+    }],
   ], 90000);
 })().catch((e) => { console.error(e); process.exit(1); });
