@@ -113,7 +113,7 @@ void Models(Gateway& g, const httplib::Request& req, httplib::Response& res) {
 // deflate as it reads), up to kMaxBodyBytes. Read here rather than by httplib, which checks only
 // the bytes on the wire (40 KB of gzip inflated to 40 MiB and was accepted) and parses a
 // form-encoded body as a form, refusing one over 8 KiB (curl -d sends that Content-Type).
-absl::StatusOr<std::string> ReadBody(const httplib::Request& req,
+absl::StatusOr<std::string> ReadBody(const httplib::Request& req, const httplib::Response& res,
                                      const httplib::ContentReader& reader) {
   // httplib inflates only these names, spelled so: another (GZIP, "gzip, gzip", compress) reached
   // the JSON parser still compressed and was called invalid JSON.
@@ -141,7 +141,9 @@ absl::StatusOr<std::string> ReadBody(const httplib::Request& req,
     body.append(data, n);
     return true;
   });
-  if (too_large) {
+  // httplib refuses a Content-Length over kMaxBodyBytes itself, before the first byte (setting
+  // 413 on the response): the same answer as a body found too large while reading.
+  if (too_large || (!read && res.status == 413)) {
     return RequestTooLarge(absl::StrCat("The request body is larger than the gateway accepts (",
                                         kMaxBodyBytes >> 20, " MiB) once decompressed."));
   }
@@ -153,7 +155,7 @@ httplib::Server::HandlerWithContentReader Completion(Gateway& g, Endpoint endpoi
   return [&g, endpoint](const httplib::Request& req, httplib::Response& res,
                         const httplib::ContentReader& reader) {
     Guarded(req, res, [&] {
-      auto body = ReadBody(req, reader);
+      auto body = ReadBody(req, res, reader);
       if (!body.ok()) {
         SendError(res, body.status());
         res.set_header("Connection", "close");  // the rest of the body was not read

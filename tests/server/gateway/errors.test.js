@@ -99,6 +99,12 @@ function assertApiError(e, status, param, code) {
       const g = await h.request(gw, 'POST', '/v1/completions', { body: huge });
       assert.strictEqual(g.status, 413);
       assert.strictEqual(g.body.error.code, 'request_too_large');
+      // The same with its Content-Length given (as curl and the OpenAI SDKs send it), which
+      // httplib refuses before reading.
+      const sized = await h.request(gw, 'POST', '/v1/completions', {
+        body: huge, headers: { 'content-length': Buffer.byteLength(huge) } });
+      assert.strictEqual(sized.status, 413, sized.text);
+      assert.strictEqual(sized.body.error.code, 'request_too_large');
       // 40 KB of gzip that inflates to 20 MiB: the limit counts the body as decompressed.
       const padded = Buffer.concat([Buffer.from(`{"model":"${model}","prompt":"x","max_tokens":1`),
                                     Buffer.alloc(20 << 20, ' '), Buffer.from('}')]);
