@@ -43,6 +43,13 @@ std::string Truncate(std::string s, size_t n) {
   return s;
 }
 
+// What a request still open when the gateway's drain time is up ends with: an error the client
+// can act on (a 503, or an error event on a stream that began), not a cut connection.
+absl::Status GatewayStopped() {
+  return absl::UnavailableError(
+      "the gateway shut down before the request finished; retry on another replica");
+}
+
 int64_t UnixNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -87,7 +94,8 @@ class Session {
   void Start();
   void CancelAll();
   // Waits until every choice has sent a message or ended (`whole`: until all ended), or one
-  // failed. False if the client went away or the gateway is stopping (the streams are cancelled).
+  // failed, or the gateway is stopping (error() says so). False if the client went away (the
+  // streams are cancelled).
   bool Await(const ClientWatch& watch, bool whole);
   json Body() const;
   // Fetches the token pieces `tokens` (and their shown alternatives) need, in one call.
@@ -173,10 +181,15 @@ bool Session::Await(const ClientWatch& watch, bool whole) {
     return true;
   };
   while (!done()) {
-    if (watch.Gone() || g_.stopping.load()) {
-      cancelled_ = watch.Gone() ? "client went away" : "gateway stopping";
+    if (watch.Gone()) {
+      cancelled_ = "client went away";
       CancelAll();
       return false;
+    }
+    if (g_.stopping.load()) {
+      cancelled_ = "gateway stopping";
+      error_ = GatewayStopped();
+      break;
     }
     std::optional<StreamEvent> e = Next();
     if (e && !whole) replay_.push_back(std::move(*e));
@@ -245,6 +258,10 @@ bool Session::Pump(httplib::DataSink& sink) {
     e = Next();
   }
   if (e) Render(*e, &out);
+  if (error_.ok() && !AllEnded() && g_.stopping.load()) {
+    cancelled_ = "gateway stopping";
+    error_ = GatewayStopped();
+  }
   if (!error_.ok()) {  // a stream failed after the response began: an error event ends it
     CancelAll();
     out += SseData(ToHttpError(error_).body);
@@ -263,8 +280,8 @@ bool Session::Pump(httplib::DataSink& sink) {
     sink.done();
     return true;
   }
-  if (!e && (g_.stopping.load() || !sink.is_writable())) {
-    cancelled_ = g_.stopping.load() ? "gateway stopping" : "client went away";
+  if (!e && !sink.is_writable()) {
+    cancelled_ = "client went away";
     CancelAll();
     return false;
   }

@@ -100,18 +100,34 @@ const h = require('./harness');
       assert.strictEqual(text, solo.choices[0].text);  // nothing lost
       assert.deepStrictEqual(await gw2.stop(), { code: 0, signal: null });
     }],
-    ['past the drain time the rest is cancelled on the server', async () => {
+    ['past the drain time the rest is cancelled on the server, and its clients are told', async () => {
       const before = await cancels();
       const gw3 = await h.startGateway(server, ['--drain-timeout-seconds', '1']);
-      const stream = await h.openai(gw3).completions.create({ ...long, prompt: 'too long',
-                                                               stream: true });
+      const c3 = h.openai(gw3);
+      const stream = await c3.completions.create({ ...long, prompt: 'too long', stream: true });
       const it = stream[Symbol.asyncIterator]();
       await it.next();
+      const waiting = c3.completions.create({ ...long, prompt: 'too long, not streamed' })
+        .then(() => null, (e) => e);
+      await h.waitFor(async () => (await slotsUsed()) === 2, 10000, 'both requests to run');
       gw3.proc.kill('SIGTERM');
-      await assert.rejects((async () => { for (let r = await it.next(); !r.done; r = await it.next()); })());
+      // The stream ends with an error event naming the cause (it was cut off mid-stream), the
+      // other request is a 503 to retry elsewhere (it was a 499 without a body).
+      const cut = await (async () => {
+        try {
+          for (let r = await it.next(); !r.done; r = await it.next());
+        } catch (e) { return e; }
+        return null;
+      })();
+      assert.ok(cut instanceof h.OpenAI.APIError, String(cut));
+      assert.match(cut.message, /gateway shut down before the request finished/);
+      const refused = await waiting;
+      assert.ok(refused instanceof h.OpenAI.APIError, String(refused));
+      assert.strictEqual(refused.status, 503);
+      assert.strictEqual(refused.code, 'service_unavailable');
       assert.deepStrictEqual(await gw3.stop(), { code: 0, signal: null });
-      // (Its KV pages may stay in the prefix cache: a second of decoding passes its snapshots.)
-      await h.waitFor(async () => (await cancels()) === before + 1, 30000, 'the cancellation');
+      // (Their KV pages may stay in the prefix cache: a second of decoding passes snapshots.)
+      await h.waitFor(async () => (await cancels()) === before + 2, 30000, 'the cancellations');
       await h.waitFor(async () => (await slotsUsed()) === 0, 30000, 'its state slot to be freed');
     }],
   ]);
