@@ -429,8 +429,9 @@ std::string HelpText() {
 
 std::string ExampleYaml() {
   std::string out =
-      "# kimi-server configuration: every key with its default. Flags override keys\n"
-      "# (kimi-server --help). Generated from server/config.cc; kept in sync by a test.\n";
+      "# kimi-server configuration: every key with its default (model.path has none: it names\n"
+      "# an example). Flags override keys (kimi-server --help). Generated from server/config.cc;\n"
+      "# kept in sync by a test.\n";
   const ServerConfig defaults;
   std::string section;
   for (const Setting& s : Settings()) {
@@ -441,8 +442,9 @@ std::string ExampleYaml() {
       section = sec;
     }
     std::string value = ValueText(s, defaults);
+    // The one key without a default. The name stays empty (the directory's): a copy of this file
+    // with only the path changed must not serve another model under this one's name.
     if (key == "model.path") value = "\"models/k3-tiny\"";
-    if (key == "model.name") value = "\"k3-tiny\"";
     absl::StrAppend(&out, "  # ", s.help, "\n  ", key.substr(key.find('.') + 1), ": ", value,
                     "\n");
   }
