@@ -254,9 +254,9 @@ int Main() {
                                 .c_str()
                           : "below the lowest rate");
   }
-  // Interrupted before a rate finished: the files keep what they held.
-  const bool write = !levels.empty() || !g_interrupted.load();
-  if (write && !json_path.empty()) {
+  // Written even when interrupted before a rate finished (no levels, "interrupted": true): the
+  // check above has created the file, and a script must find JSON in it, not nothing.
+  if (!json_path.empty()) {
     nlohmann::ordered_json j;
     j["target"] = absl::GetFlag(FLAGS_target);
     j["slo"] = {{"ttft_s", absl::GetFlag(FLAGS_slo_ttft)}, {"tpot_s", absl::GetFlag(FLAGS_slo_tpot)}};
@@ -268,7 +268,7 @@ int Main() {
     if (json_path != "-") json_file.open(json_path, std::ios::trunc);
     (json_path == "-" ? std::cout : json_file) << j.dump(2) << "\n";
   }
-  if (write && !csv_path.empty()) {
+  if (!csv_path.empty()) {
     std::ofstream csv_file;
     if (csv_path != "-") csv_file.open(csv_path, std::ios::trunc);
     std::ostream& csv = csv_path == "-" ? std::cout : csv_file;

@@ -64,6 +64,25 @@ const h = require('../server/e2e/harness');
       await h.waitFor(async () => h.metric(await h.scrape(server), 'kimi_requests_running') === 0,
                       10000, 'the cancelled requests to leave the server');
     }],
+    ['Ctrl-C before any rate finished still writes JSON (no levels, interrupted)', async () => {
+      const json = path.join(dir, 'early.json');
+      const proc = spawn(path.join(h.build, 'bin/kimi-loadtest'), [
+        '--target', server.address(), '--rates', '4', '--duration', '1.5', '--requests', '6',
+        '--warmup', '0', '--prompt_len', 'fixed:16', '--output_len', 'fixed:400', '--json', json],
+      { stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      proc.stderr.on('data', (d) => { out += d; });
+      const exit = new Promise((resolve) => proc.on('exit', (code) => resolve(code)));
+      await h.waitFor(async () => h.metric(await h.scrape(server), 'kimi_requests_running') > 0,
+                      30000, 'the first requests to run');
+      proc.kill('SIGINT');
+      assert.strictEqual(await exit, 130, out);
+      const r = JSON.parse(fs.readFileSync(json, 'utf8'));  // it was left empty
+      assert.deepStrictEqual(r.levels, []);
+      assert.strictEqual(r.interrupted, true);
+      await h.waitFor(async () => h.metric(await h.scrape(server), 'kimi_requests_running') === 0,
+                      10000, 'the cancelled requests to leave the server');
+    }],
   ]);
   await server.stop();
 })().catch((e) => { console.error(e); process.exit(1); });
