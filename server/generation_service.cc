@@ -430,6 +430,7 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
   info->set_expert_parallel(static_cast<uint32_t>(backend_->config.ep));
   info->set_pipeline_parallel(static_cast<uint32_t>(backend_->config.pp));
   info->set_vocab_size(static_cast<uint32_t>(c.vocab));
+  info->set_max_tokens_limit(static_cast<uint32_t>(backend_->config.max_tokens));
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

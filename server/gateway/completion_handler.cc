@@ -1,5 +1,6 @@
 #include "server/gateway/completion_handler.h"
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <exception>
@@ -320,8 +321,15 @@ void HandleCompletion(Gateway& g, Endpoint endpoint, const std::string& authoriz
   }
   auto parsed = ParseOpenAIRequest(endpoint, body, g.request_options);
   if (!parsed.ok()) return SendError(res, parsed.status());
-  if (absl::Status s = g.model->Check(parsed->model, authorization); !s.ok()) {
-    return SendError(res, s);
+  auto info = g.model->Check(parsed->model, authorization);
+  if (!info.ok()) return SendError(res, info.status());
+  // A limit the client never set stays within the server's: the default applies up to it (a
+  // server with limits.max_tokens under --default-max-tokens refused such requests, naming a
+  // max_tokens the client had not sent).
+  if (parsed->default_max_tokens && info->max_tokens_limit() > 0) {
+    for (ChoiceRequest& c : parsed->choices) {
+      c.request.set_max_tokens(std::min(c.request.max_tokens(), info->max_tokens_limit()));
+    }
   }
   auto session = std::make_shared<Session>(g, std::move(*parsed), authorization);
   session->Start();

@@ -120,7 +120,7 @@ std::string HelpText() {
                                 Authorization header is passed to the backend as gRPC metadata
   --backend-api-key-file FILE   with --api-keys-file: the key the gateway sends to the backend
   --max-connections N           HTTP connections served at once, one thread each       [1024]
-  --default-max-tokens N        max_tokens of chat requests that set none (keep it within the
+  --default-max-tokens N        max_tokens of chat requests that set none (at most the
                                 server's limits.max_tokens)                            [4096]
   --max-choices N               largest n x prompts in one request                      [128]
   --drain-timeout-seconds N     on SIGTERM/SIGINT: /health and new requests get 503 while

@@ -342,7 +342,7 @@ absl::Status ParseMessages(const json& body, v1::ChatMessages* out) {
 
 // max_completion_tokens or its older name max_tokens; returns the name the client used.
 absl::StatusOr<std::string> ChatMaxTokens(const json& body, const RequestOptions& options,
-                                          v1::GenerateRequest* r) {
+                                          OpenAIRequest* out, v1::GenerateRequest* r) {
   std::optional<int64_t> mct, mt;
   if (absl::Status s = GetInt(body, "max_completion_tokens", 1, kMaxU32, &mct); !s.ok()) return s;
   if (absl::Status s = GetInt(body, "max_tokens", 1, kMaxU32, &mt); !s.ok()) return s;
@@ -350,6 +350,7 @@ absl::StatusOr<std::string> ChatMaxTokens(const json& body, const RequestOptions
     return InvalidParam("max_tokens", "max_tokens and max_completion_tokens differ; set one");
   }
   r->set_max_tokens(static_cast<uint32_t>(mct.value_or(mt.value_or(options.default_max_tokens))));
+  out->default_max_tokens = !mct && !mt;
   return mct ? "max_completion_tokens" : "max_tokens";
 }
 
@@ -371,7 +372,7 @@ absl::Status ChatLogprobs(const json& body, OpenAIRequest* out, v1::GenerateRequ
 absl::Status ParseChat(const json& body, const RequestOptions& options, OpenAIRequest* out,
                        v1::GenerateRequest* base, ParamNames* names) {
   if (absl::Status s = ParseMessages(body, base->mutable_chat()); !s.ok()) return s;
-  auto max_name = ChatMaxTokens(body, options, base);
+  auto max_name = ChatMaxTokens(body, options, out, base);
   if (!max_name.ok()) return max_name.status();
   if (absl::Status s = ChatLogprobs(body, out, base); !s.ok()) return s;
   names->renames.insert(names->renames.end(), {{"chat.messages", "messages"},

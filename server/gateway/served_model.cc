@@ -22,11 +22,12 @@ absl::StatusOr<v1::ModelInfo> ServedModel::Get(const std::string& authorization,
   return info_;
 }
 
-absl::Status ServedModel::Check(const std::string& model, const std::string& authorization) {
+absl::StatusOr<v1::ModelInfo> ServedModel::Check(const std::string& model,
+                                                 const std::string& authorization) {
   for (bool fresh : {false, true}) {
     auto info = Get(authorization, fresh);
     if (!info.ok()) return info.status();
-    if (info->model_name() == model) return absl::OkStatus();
+    if (info->model_name() == model) return info;
   }
   return ModelNotFound(model);
 }

@@ -22,9 +22,9 @@ class ServedModel {
 
   // The model's info; `fresh` skips the cache.
   absl::StatusOr<v1::ModelInfo> Get(const std::string& authorization, bool fresh = false);
-  // OK when `model` is the served model's name; NOT_FOUND (model_not_found) otherwise, or the
-  // backend's own error (UNAVAILABLE, UNAUTHENTICATED, ...).
-  absl::Status Check(const std::string& model, const std::string& authorization);
+  // The model's info when `model` is the served model's name; NOT_FOUND (model_not_found)
+  // otherwise, or the backend's own error (UNAVAILABLE, UNAUTHENTICATED, ...).
+  absl::StatusOr<v1::ModelInfo> Check(const std::string& model, const std::string& authorization);
 
  private:
   BackendClient* backend_;

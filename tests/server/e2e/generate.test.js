@@ -31,6 +31,7 @@ function readLogits(file) {
       assert.ok(info.layer_kinds.includes('kda') && info.layer_kinds.includes('mla'));
       assert.ok(info.context_limit > 0);
       assert.strictEqual(info.tensor_parallel, 1);
+      assert.strictEqual(info.max_tokens_limit, 4096);  // limits.max_tokens' default
     }],
     ['Tokenize and Detokenize round-trip', async () => {
       const text = 'Hello, world! 你好 👋';

@@ -146,6 +146,23 @@ const h = require('./harness');
       const none = await client.chat.completions.create({ ...req, logprobs: false, top_logprobs: undefined });
       assert.strictEqual(none.choices[0].logprobs, null);
     }],
+    ['a chat without max_tokens gets the default, at most the server\'s limit', async () => {
+      const small = await h.startServer(['--limits.max_tokens', '12']);
+      const gw2 = await h.startGateway(small);  // --default-max-tokens 4096
+      const c2 = h.openai(gw2);
+      const name = await h.modelName(c2);
+      const r = await c2.chat.completions.create({ model: name, messages: user('Go on.'),
+                                                   temperature: 0, ignore_eos: true });
+      assert.strictEqual(r.choices[0].finish_reason, 'length');
+      assert.strictEqual(r.usage.completion_tokens, 12);
+      // A limit the client sets is still the server's to refuse, naming it.
+      const e = await h.apiError(() => c2.chat.completions.create({ model: name,
+        messages: user('Go on.'), max_completion_tokens: 13 }));
+      assert.strictEqual(e.status, 400);
+      assert.strictEqual(e.param, 'max_completion_tokens');
+      await gw2.stop();
+      await small.stop();
+    }],
   ]);
   await gw.stop();
   await server.stop();
