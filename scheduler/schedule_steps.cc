@@ -177,6 +177,33 @@ bool Scheduler::AdmitWaiting(Request& r) {
   return true;
 }
 
+// Whether waiting request `w` should wait for a request running this step to snapshot a deeper
+// prefix they share than the cache holds, instead of prefilling the same tokens beside it: the n
+// choices of one prompt, or requests with one long system prompt arriving together, each
+// prefilled all of it. Restoring the snapshot gives the state a prefill gives (chunks on the same
+// grid), so nothing but the work changes. Waiting is bounded: the other request runs this step
+// and reaches the boundary within its prompt; one that is preempted or finishes stops it.
+bool Scheduler::AwaitsSharedPrefix(const Request& w, const std::vector<Request*>& planned) {
+  const int64_t interval = prefix_->interval();
+  const int64_t limit = w.total() - 1;  // at least one token must run to produce logits
+  if (limit < interval) return false;
+  std::vector<int32_t> tokens(w.total());
+  for (int64_t i = 0; i < w.total(); ++i) tokens[i] = w.token_at(i);
+  const int64_t cached = prefix_->Lookup(tokens, limit, /*count=*/false).tokens;
+  for (const Request* r : planned) {
+    if ((r->computed / interval + 1) * interval > limit) continue;  // past every one `w` could use
+    const int64_t most = std::min(limit, r->total());
+    int64_t common = 0;
+    while (common < most && r->token_at(common) == tokens[common]) ++common;
+    const int64_t boundary = common / interval * interval;
+    if (boundary > cached && boundary > r->computed &&
+        prefix_->Wants(std::span<const int32_t>(tokens.data(), boundary))) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // The running request that should yield: the last by rank, not planned this step; with
 // `admitted`, only requests of lower (effective) priority than it (and never it).
 Request* Scheduler::Victim(const std::vector<Request*>& planned, const Request* admitted) const {
@@ -199,6 +226,7 @@ void Scheduler::PreemptForPriority() {
   if (waiting_.empty() || running_.empty()) return;
   const Request& next = *waiting_.front();
   if (!swapped_.empty() && !Before(&next, swapped_.front())) return;  // that one starts first
+  if (prefix_ && AwaitsSharedPrefix(next, running_)) return;          // it will not start this step
   const int64_t needed = (next.total() + 1 + config_.page_size - 1) / config_.page_size;
   // Pages the prefix cache alone holds are freed for admission before any request is preempted.
   int64_t slots = slots_.free(), pages = pages_.free() + (prefix_ ? prefix_->FreeablePages() : 0);
@@ -289,15 +317,21 @@ StepPlan Scheduler::Schedule(std::vector<RequestEvent>* events) {
   }
   // 2. Swapped and waiting requests, the first by rank each time (a swapped one before a waiting
   // one of the same rank: its work is kept); stop at the first that does not fit (no
-  // overtaking). One order for both: a rule for each let them block each other for good.
-  while (budget > 0 && (!swapped_.empty() || !waiting_.empty())) {
-    const bool resume =
-        !swapped_.empty() && (waiting_.empty() || !Before(waiting_.front(), swapped_.front()));
-    Request* r = resume ? swapped_.front() : waiting_.front();
+  // overtaking). One order for both: a rule for each let them block each other for good. A
+  // waiting request that awaits a shared prefix (AwaitsSharedPrefix) is passed over this step.
+  size_t next_waiting = 0;  // the waiting requests before it are passed over
+  while (budget > 0 && (!swapped_.empty() || next_waiting < waiting_.size())) {
+    Request* waiting = next_waiting < waiting_.size() ? waiting_[next_waiting] : nullptr;
+    const bool resume = !swapped_.empty() && (!waiting || !Before(waiting, swapped_.front()));
+    Request* r = resume ? swapped_.front() : waiting;
     if (resume) {
       if (!SwapIn(*r)) break;
       swapped_.pop_front();
     } else {
+      if (prefix_ && AwaitsSharedPrefix(*r, planned)) {
+        ++next_waiting;
+        continue;
+      }
       if (!AdmitWaiting(*r)) break;
       if (!ReserveForAdmission(*r, planned)) {
         BackToQueue(*r);

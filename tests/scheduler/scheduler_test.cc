@@ -432,6 +432,63 @@ TEST(Scheduler, RecomputePreemptionFinishesEverything) {
 
 // Randomised request streams: invariants hold after every step, the budget is respected, and
 // every admitted request terminates with a reason.
+// Requests that share a prompt and arrive together (an OpenAI request's n choices) prefill it once:
+// the others wait for the first to snapshot the deepest shared boundary and restore it. Their
+// tokens are those of a run without the cache.
+TEST(Scheduler, RequestsSharingAPromptPrefillItOnce) {
+  for (const int64_t interval : {int64_t{0}, int64_t{64}}) {
+    SchedulerConfig c = Small();
+    c.num_pages = 128;
+    c.prefix_interval = interval;
+    Fixture f(c);
+    for (const char* id : {"a", "b", "c", "d"}) ASSERT_TRUE(f.sched.Add(f.Spec(id, 300, 4)).ok());
+    int64_t computed = 0;
+    std::map<std::string, std::vector<int32_t>> tokens;
+    for (int step = 0; step < 100 && f.sched.HasWork(); ++step) {
+      StepPlan plan;
+      for (const RequestEvent& e : f.Step(&plan)) {
+        for (const TokenChoice& t : e.tokens) tokens[e.id].push_back(t.token);
+      }
+      computed += plan.num_tokens;
+    }
+    ASSERT_FALSE(f.sched.HasWork());
+    ASSERT_EQ(tokens.size(), 4u);
+    for (const auto& [id, t] : tokens) EXPECT_EQ(t, tokens["a"]) << id;
+    // Four prompts of 300 and three decode steps each; with the cache, three of them restore 256
+    // tokens (the deepest 64-token boundary short of their last prompt token) and prefill 44.
+    const int64_t decodes = 4 * 3;
+    if (interval == 0) {
+      EXPECT_EQ(computed, 4 * 300 + decodes);
+    } else {
+      EXPECT_EQ(computed, 300 + 3 * 44 + decodes);
+      EXPECT_EQ(f.sched.Stats().prefix_saved_tokens, 3 * 256);
+    }
+  }
+}
+
+// A request waiting for a shared prefix holds back no other: one with another prompt behind it
+// starts in the same step as the first.
+TEST(Scheduler, AwaitingASharedPrefixDoesNotBlockOthers) {
+  SchedulerConfig c = Small();
+  c.num_pages = 128;
+  c.prefix_interval = 64;
+  Fixture f(c);
+  ASSERT_TRUE(f.sched.Add(f.Spec("first", 300, 2)).ok());
+  ASSERT_TRUE(f.sched.Add(f.Spec("same", 300, 2)).ok());
+  RequestSpec other = f.Spec("other", 40, 2);
+  for (int32_t& t : other.prompt) t = (t + 7) % 30;
+  ASSERT_TRUE(f.sched.Add(other).ok());
+  f.Step();
+  EXPECT_EQ(f.planned_ids, (std::vector<std::string>{"first", "other"}));
+  // "same" starts once "first" has passed the deepest boundary they share (256), restoring it.
+  int steps = 1;
+  while (std::find(f.planned_ids.begin(), f.planned_ids.end(), "same") == f.planned_ids.end()) {
+    ASSERT_LT(++steps, 20);
+    f.Step();
+  }
+  EXPECT_EQ(f.sched.Stats().prefix_saved_tokens, 256);
+}
+
 TEST(Scheduler, RandomStreamsKeepInvariants) {
   for (uint32_t seed = 1; seed <= 12; ++seed) {
     std::mt19937 rng(seed);
