@@ -8,6 +8,12 @@
 #include "scheduler/scheduler.h"
 
 namespace kimi::sched {
+namespace {
+
+// Waiting requests passed over in one step before admission stops (AwaitsSharedPrefix).
+constexpr size_t kMaxPassedOver = 16;
+
+}  // namespace
 
 std::vector<RequestEvent> Scheduler::DropCancelled() {
   std::vector<RequestEvent> events;
@@ -329,7 +335,9 @@ StepPlan Scheduler::Schedule(std::vector<RequestEvent>* events) {
       swapped_.pop_front();
     } else {
       if (prefix_ && AwaitsSharedPrefix(*r, planned)) {
-        ++next_waiting;
+        // Each look is a lookup and a comparison with the prefills running: a queue of requests
+        // sharing one long system prompt is looked at a few at a time, the rest wait their turn.
+        if (++next_waiting == kMaxPassedOver) break;
         continue;
       }
       if (!AdmitWaiting(*r)) break;
