@@ -33,6 +33,9 @@ ABSL_FLAG(std::string, prompt_len, "uniform:32:256", "prompt tokens: fixed:N or 
 ABSL_FLAG(std::string, output_len, "uniform:16:128",
           "output tokens: fixed:N or uniform:A:B (each generated in full: end-of-turn ids are "
           "ignored)");
+ABSL_FLAG(int64_t, shared_prefix, 0,
+          "tokens every random prompt starts with, the same for the whole run (a system prompt: "
+          "what a server's prefix cache serves), before its --prompt_len random ones");
 ABSL_FLAG(std::string, jsonl, "",
           "requests from a JSONL file ({\"prompt\": ..., \"max_tokens\": N} or "
           "{\"prompt_tokens\": N, \"output_tokens\": M} per line), cycled");
@@ -145,11 +148,20 @@ int Main() {
   }
   // With the JSON or the CSV on stdout, the table goes to stderr.
   FILE* table = json_path == "-" || csv_path == "-" ? stderr : stdout;
+  const int64_t shared_prefix = absl::GetFlag(FLAGS_shared_prefix);
+  if (shared_prefix < 0 || shared_prefix > kMaxLength) {
+    return Fail("--shared_prefix: tokens, at least 0");
+  }
   std::vector<RequestShape> shapes;
   if (!absl::GetFlag(FLAGS_jsonl).empty()) {
     auto s = ReadJsonl(absl::GetFlag(FLAGS_jsonl));
     if (!s.ok()) return Fail(std::string(s.status().message()));
     shapes = std::move(*s);
+    for (const RequestShape& shape : shapes) {
+      if (shared_prefix > 0 && !shape.prompt_text.empty()) {
+        return Fail("--shared_prefix: only for random prompts (JSONL lines with prompt_tokens)");
+      }
+    }
   } else {
     auto p = ParseLengthDist(absl::GetFlag(FLAGS_prompt_len), "prompt_len");
     auto o = ParseLengthDist(absl::GetFlag(FLAGS_output_len), "output_len");
@@ -180,9 +192,16 @@ int Main() {
     // Random prompts the server would refuse (and that would fill this process's memory first).
     int64_t longest = 0;
     for (const RequestShape& s : shapes) longest = std::max(longest, s.prompt_tokens);
+    longest += shared_prefix;
     if (info.context_limit() > 0 && longest >= static_cast<int64_t>(info.context_limit())) {
       return Fail(absl::StrCat("prompts of ", longest, " tokens reach the server's context limit (",
                                info.context_limit(), "): choose shorter --prompt_len or lines"));
+    }
+    // One prefix for the whole run, every rate: as a deployment's system prompt.
+    std::mt19937_64 prefix_rng(absl::GetFlag(FLAGS_seed) ^ 0x9e3779b97f4a7c15ull);
+    std::uniform_int_distribution<int64_t> id(0, o.vocab - 1);
+    for (int64_t i = 0; i < shared_prefix; ++i) {
+      o.shared_prefix.push_back(static_cast<uint32_t>(id(prefix_rng)));
     }
     std::fprintf(stderr, "target %s: %s (%s), vocabulary %u\n", absl::GetFlag(FLAGS_target).c_str(),
                  info.model_name().c_str(), info.model_type().c_str(), info.vocab_size());
@@ -259,6 +278,7 @@ int Main() {
   if (!json_path.empty()) {
     nlohmann::ordered_json j;
     j["target"] = absl::GetFlag(FLAGS_target);
+    j["shared_prefix"] = shared_prefix;
     j["slo"] = {{"ttft_s", absl::GetFlag(FLAGS_slo_ttft)}, {"tpot_s", absl::GetFlag(FLAGS_slo_tpot)}};
     j["levels"] = nlohmann::ordered_json::array();
     for (const auto& s : levels) j["levels"].push_back(ToJson(s));

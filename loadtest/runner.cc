@@ -158,6 +158,7 @@ std::vector<RequestResult> RunLevel(v1::Generation::Stub* stub, const std::vecto
       req.set_text(shape.prompt_text);
     } else {
       std::uniform_int_distribution<int64_t> id(0, o.vocab - 1);
+      for (uint32_t t : o.shared_prefix) req.mutable_token_ids()->add_ids(t);
       for (int64_t t = 0; t < shape.prompt_tokens; ++t) {
         req.mutable_token_ids()->add_ids(static_cast<uint32_t>(id(rng)));
       }

@@ -20,6 +20,7 @@ struct RunOptions {
   float temperature = 0.0f;
   bool ignore_eos = true;
   int64_t vocab = 0;          // random prompt ids are drawn below this
+  std::vector<uint32_t> shared_prefix;  // the first ids of every random prompt
   double timeout_seconds = 600;
 };
 

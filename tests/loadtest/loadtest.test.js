@@ -32,11 +32,28 @@ const h = require('../server/e2e/harness');
       assert.strictEqual(lines.length, 3);
       assert.ok(lines[0].startsWith('rate,requests_per_s'));
     }],
+    ['--shared_prefix: every prompt starts with the same tokens, which the prefix cache serves', async () => {
+      const saved = async () => h.metric(await h.scrape(server), 'kimi_prefix_cache_saved_tokens_total');
+      const before = await saved();
+      const json = path.join(dir, 'prefix.json');
+      h.execFileSync(path.join(h.build, 'bin/kimi-loadtest'), [
+        '--target', server.address(), '--rates', '8', '--duration', '1', '--requests', '6',
+        '--warmup', '0', '--shared_prefix', '300', '--prompt_len', 'fixed:8', '--output_len',
+        'fixed:4', '--json', json], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+      const r = JSON.parse(fs.readFileSync(json, 'utf8'));
+      assert.strictEqual(r.shared_prefix, 300);
+      const l = r.levels[0];
+      assert.ok(l.requests > 1 && l.succeeded === l.requests, JSON.stringify(l));
+      // The first request prefills the prefix; every other one restores its first 256 tokens
+      // (the server's prefix_interval), those arriving meanwhile by waiting for its snapshot.
+      assert.strictEqual(await saved() - before, 256 * (l.requests - 1));
+    }],
     ['bad numbers and two stdout outputs are refused before the run', async () => {
       const bin = path.join(h.build, 'bin/kimi-loadtest');
       for (const args of [['--rates', 'nan'], ['--rates', 'inf'], ['--warmup', 'inf'],
                           ['--duration', 'nan'], ['--json=-', '--csv=-'],
-                          ['--prompt_len', 'fixed:300000000'], ['--output_len', 'fixed:4294967299']]) {
+                          ['--prompt_len', 'fixed:300000000'], ['--output_len', 'fixed:4294967299'],
+                          ['--shared_prefix', '-1'], ['--shared_prefix', '200000000']]) {
         const r = spawnSync(bin, ['--target', server.address(), ...args], { encoding: 'utf8' });
         assert.strictEqual(r.status, 2, `${args.join(' ')}: ${r.status} ${r.stderr}`);
         assert.ok(r.stderr.includes('kimi-loadtest:'), r.stderr);
