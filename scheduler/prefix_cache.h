@@ -51,6 +51,8 @@ class PrefixCache {
   int64_t FreeablePages() const;
 
   int64_t interval() const { return interval_; }
+  // Snapshots the memory holds at once.
+  int64_t capacity() const { return snapshot_bytes_ > 0 ? max_bytes_ / snapshot_bytes_ : 0; }
   int64_t entries() const { return static_cast<int64_t>(lru_.size()); }
   int64_t bytes() const { return bytes_; }
   int64_t queries() const { return queries_; }

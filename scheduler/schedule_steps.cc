@@ -183,31 +183,35 @@ bool Scheduler::AdmitWaiting(Request& r) {
   return true;
 }
 
-// Whether waiting request `w` should wait for a request running this step to snapshot a deeper
-// prefix they share than the cache holds, instead of prefilling the same tokens beside it: the n
-// choices of one prompt, or requests with one long system prompt arriving together, each
-// prefilled all of it. Restoring the snapshot gives the state a prefill gives (chunks on the same
-// grid), so nothing but the work changes. Waiting is bounded: the other request runs this step
-// and reaches the boundary within its prompt; one that is preempted or finishes stops it.
-bool Scheduler::AwaitsSharedPrefix(const Request& w, const std::vector<Request*>& planned) {
+// The prefix `w` should wait for (0: none): one that a request of `running`, ranked ahead of it,
+// will snapshot and that is deeper than what the cache holds, instead of prefilling the same
+// tokens beside it (the n choices of one prompt, or requests with one long system prompt arriving
+// together, each prefilled all of it). Restoring the snapshot gives the state a prefill gives
+// (chunks on the same grid), so nothing but the work changes. The wait is bounded: the other
+// request reaches the boundary within its prompt, and one that is preempted or finishes ends it.
+// Only a request ranked ahead is waited for (one ranked behind may get no budget for steps), and
+// only when the cache holds more snapshots than a step can insert, so that the one awaited is not
+// evicted before it is used.
+int64_t Scheduler::AwaitsSharedPrefix(const Request& w, const std::vector<Request*>& running) {
   const int64_t interval = prefix_->interval();
   const int64_t limit = w.total() - 1;  // at least one token must run to produce logits
-  if (limit < interval) return false;
+  if (limit < interval || prefix_->capacity() <= config_.max_running) return 0;
   std::vector<int32_t> tokens(w.total());
   for (int64_t i = 0; i < w.total(); ++i) tokens[i] = w.token_at(i);
   const int64_t cached = prefix_->Lookup(tokens, limit, /*count=*/false).tokens;
-  for (const Request* r : planned) {
+  for (const Request* r : running) {
     if ((r->computed / interval + 1) * interval > limit) continue;  // past every one `w` could use
+    if (!Before(r, &w)) continue;
     const int64_t most = std::min(limit, r->total());
     int64_t common = 0;
     while (common < most && r->token_at(common) == tokens[common]) ++common;
     const int64_t boundary = common / interval * interval;
     if (boundary > cached && boundary > r->computed &&
         prefix_->Wants(std::span<const int32_t>(tokens.data(), boundary))) {
-      return true;
+      return boundary;
     }
   }
-  return false;
+  return 0;
 }
 
 // The running request that should yield: the last by rank, not planned this step; with
@@ -232,12 +236,13 @@ void Scheduler::PreemptForPriority() {
   if (waiting_.empty() || running_.empty()) return;
   const Request& next = *waiting_.front();
   if (!swapped_.empty() && !Before(&next, swapped_.front())) return;  // that one starts first
-  if (prefix_ && AwaitsSharedPrefix(next, running_)) return;          // it will not start this step
   const int64_t needed = (next.total() + 1 + config_.page_size - 1) / config_.page_size;
   // Pages the prefix cache alone holds are freed for admission before any request is preempted.
   int64_t slots = slots_.free(), pages = pages_.free() + (prefix_ ? prefix_->FreeablePages() : 0);
   auto fits = [&] { return slots > 0 && pages >= needed; };
   if (fits()) return;
+  // It waits for a request ranked ahead of it, which runs first (AwaitsSharedPrefix).
+  if (prefix_ && AwaitsSharedPrefix(next, running_) > 0) return;
   std::vector<Request*> lower;
   for (Request* r : running_) {
     if (Effective(*r) > Effective(next)) lower.push_back(r);
@@ -326,20 +331,36 @@ StepPlan Scheduler::Schedule(std::vector<RequestEvent>* events) {
   // overtaking). One order for both: a rule for each let them block each other for good. A
   // waiting request that awaits a shared prefix (AwaitsSharedPrefix) is passed over this step.
   size_t next_waiting = 0;  // the waiting requests before it are passed over
+  // What the passed-over requests will need: a request after them starts only in what is left,
+  // so that passing one over never costs it its place.
+  int64_t claimed_slots = 0, claimed_pages = 0;
+  const auto pages_for = [&](int64_t positions) {
+    return (positions + config_.page_size - 1) / config_.page_size;
+  };
+  const auto leaves_claims = [&](int64_t pages_needed) {
+    if (claimed_slots == 0) return true;
+    const int64_t freeable = prefix_ ? prefix_->FreeablePages() : 0;
+    return slots_.free() > claimed_slots &&
+           pages_.free() + freeable - claimed_pages >= pages_needed;
+  };
   while (budget > 0 && (!swapped_.empty() || next_waiting < waiting_.size())) {
     Request* waiting = next_waiting < waiting_.size() ? waiting_[next_waiting] : nullptr;
     const bool resume = !swapped_.empty() && (!waiting || !Before(waiting, swapped_.front()));
     Request* r = resume ? swapped_.front() : waiting;
     if (resume) {
+      if (!leaves_claims(std::max(r->swap_page_count, pages_for(r->total() + 1)))) break;
       if (!SwapIn(*r)) break;
       swapped_.pop_front();
     } else {
-      if (prefix_ && AwaitsSharedPrefix(*r, planned)) {
+      if (const int64_t boundary = prefix_ ? AwaitsSharedPrefix(*r, planned) : 0; boundary > 0) {
+        ++claimed_slots;
+        claimed_pages += pages_for(r->total() + 1) - boundary / config_.page_size;
         // Each look is a lookup and a comparison with the prefills running: a queue of requests
         // sharing one long system prompt is looked at a few at a time, the rest wait their turn.
         if (++next_waiting == kMaxPassedOver) break;
         continue;
       }
+      if (!leaves_claims(pages_for(r->total() + 1))) break;
       if (!AdmitWaiting(*r)) break;
       if (!ReserveForAdmission(*r, planned)) {
         BackToQueue(*r);

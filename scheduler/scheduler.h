@@ -131,7 +131,7 @@ class Scheduler {
   void SwapOut(Request& r);
   bool SwapIn(Request& r);
   bool AdmitWaiting(Request& r);
-  bool AwaitsSharedPrefix(const Request& w, const std::vector<Request*>& planned);
+  int64_t AwaitsSharedPrefix(const Request& w, const std::vector<Request*>& planned);
   int64_t ChunkFor(const Request& r, int64_t budget) const;
   void AddToPlan(StepPlan& plan, Request& r, int64_t count);
   void Release(Request& r);

@@ -430,8 +430,6 @@ TEST(Scheduler, RecomputePreemptionFinishesEverything) {
   }
 }
 
-// Randomised request streams: invariants hold after every step, the budget is respected, and
-// every admitted request terminates with a reason.
 // Requests that share a prompt and arrive together (an OpenAI request's n choices) prefill it once:
 // the others wait for the first to snapshot the deepest shared boundary and restore it. Their
 // tokens are those of a run without the cache.
@@ -489,6 +487,84 @@ TEST(Scheduler, AwaitingASharedPrefixDoesNotBlockOthers) {
   EXPECT_EQ(f.sched.Stats().prefix_saved_tokens, 256);
 }
 
+// A prompt other than Spec's (which every Spec shares).
+RequestSpec Other(Fixture& f, const std::string& id, int64_t prompt_len, int32_t max_tokens,
+                  int32_t priority = 0) {
+  RequestSpec s = f.Spec(id, prompt_len, max_tokens, priority);
+  for (int32_t& t : s.prompt) t = (t + 7) % 30;
+  return s;
+}
+
+// Step at which each request got its first token.
+std::map<std::string, int> FirstTokens(Fixture& f, int max_steps) {
+  std::map<std::string, int> first;
+  for (int step = 0; step < max_steps && f.sched.HasWork(); ++step) {
+    for (const RequestEvent& e : f.Step()) {
+      if (!e.tokens.empty() && !first.count(e.id)) first[e.id] = step;
+    }
+  }
+  return first;
+}
+
+// A request passed over for a shared prefix keeps its place: one that arrived after it does not
+// take the last slot meanwhile (it did, and the passed-over one waited ~200 steps for a slot).
+TEST(Scheduler, APassedOverRequestKeepsItsPlace) {
+  SchedulerConfig c = Small();
+  c.max_running = 2;
+  c.num_pages = 128;
+  c.token_budget = 512;
+  c.prefix_interval = 64;
+  Fixture f(c);
+  ASSERT_TRUE(f.sched.Add(f.Spec("r", 300, 100)).ok());
+  ASSERT_TRUE(f.sched.Add(f.Spec("w", 300, 100)).ok());
+  ASSERT_TRUE(f.sched.Add(Other(f, "x", 300, 100)).ok());
+  const std::map<std::string, int> first = FirstTokens(f, 1000);
+  ASSERT_EQ(first.size(), 3u);
+  EXPECT_LE(first.at("w"), first.at("r") + 1);
+  EXPECT_GT(first.at("x"), first.at("w") + 50);  // after a slot frees
+}
+
+// Only a request ranked ahead is waited for: a priority-0 request does not wait for a priority-5
+// one that shares its prompt but gets no budget while priority-1 requests run (it waited for their
+// whole prefill, ~50 steps, instead of preempting it).
+TEST(Scheduler, APassedOverRequestWaitsOnlyForOneRankedAhead) {
+  SchedulerConfig c = Small();
+  c.max_running = 3;
+  c.num_pages = 1024;
+  c.prefix_interval = 64;
+  Fixture f(c);
+  ASSERT_TRUE(f.sched.Add(f.Spec("r", 300, 4, 5)).ok());
+  f.Step();
+  ASSERT_TRUE(f.sched.Add(Other(f, "d", 5, 2000, 1)).ok());
+  RequestSpec p = Other(f, "p", 3000, 4, 1);
+  for (int32_t& t : p.prompt) t = (t + 11) % 30;
+  ASSERT_TRUE(f.sched.Add(p).ok());
+  f.Step();
+  ASSERT_TRUE(f.sched.Add(f.Spec("w", 300, 4, 0)).ok());
+  int steps = 0;
+  do {
+    ASSERT_LT(++steps, 6) << "w not planned";
+    f.Step();
+  } while (std::find(f.planned_ids.begin(), f.planned_ids.end(), "w") == f.planned_ids.end());
+}
+
+// With a prefix cache too small to keep a snapshot through a step's insertions (at most one per
+// running request), nobody waits for one: it could be evicted before it is used.
+TEST(Scheduler, NoWaitForASnapshotTheCacheMayNotKeep) {
+  SchedulerConfig c = Small();
+  c.num_pages = 128;
+  c.prefix_interval = 64;
+  Fixture probe(c);
+  c.prefix_cache_bytes = probe.kda.SlotFloats() * 4 * c.max_running;  // max_running snapshots
+  Fixture f(c);
+  ASSERT_TRUE(f.sched.Add(f.Spec("a", 300, 2)).ok());
+  ASSERT_TRUE(f.sched.Add(f.Spec("b", 300, 2)).ok());
+  f.Step();
+  EXPECT_EQ(f.planned_ids, (std::vector<std::string>{"a", "b"}));
+}
+
+// Randomised request streams: invariants hold after every step, the budget is respected, and
+// every admitted request terminates with a reason.
 TEST(Scheduler, RandomStreamsKeepInvariants) {
   for (uint32_t seed = 1; seed <= 12; ++seed) {
     std::mt19937 rng(seed);
