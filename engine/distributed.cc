@@ -216,7 +216,9 @@ absl::Status FollowerLoop(const Model& model, EngineComms comms,
     if (absl::Status s = ApplyAll(store, m->ops); !s.ok()) return s;
     if (m->command == Command::kStop) return absl::OkStatus();
     if (m->command == Command::kHeartbeat) {
-      if (absl::Status s = comms.world->Barrier(); !s.ok()) return s;  // answered: see Idle()
+      if (absl::Status s = comms.world->Barrier(); !s.ok()) {  // answered: see Idle()
+        return absl::Status(s.code(), absl::StrCat("idle heartbeat: ", s.message()));
+      }
       continue;
     }
     const std::vector<SequenceStep> batch = m->Batch();

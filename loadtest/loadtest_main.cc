@@ -137,8 +137,7 @@ int Main() {
     return Fail("--json=- and --csv=-: only one of them can go to stdout");
   }
   // The output paths are checked before the run (opened to append, which changes nothing), so
-  // that one that cannot be written fails now rather than losing the results at the end; they
-  // are rewritten only when there are results.
+  // that one that cannot be written fails now rather than losing the results at the end.
   for (const auto& [flag, path] :
        {std::pair{"--json", &json_path}, std::pair{"--csv", &csv_path}}) {
     if (path->empty() || *path == "-") continue;
@@ -150,7 +149,7 @@ int Main() {
   FILE* table = json_path == "-" || csv_path == "-" ? stderr : stdout;
   const int64_t shared_prefix = absl::GetFlag(FLAGS_shared_prefix);
   if (shared_prefix < 0 || shared_prefix > kMaxLength) {
-    return Fail("--shared_prefix: tokens, at least 0");
+    return Fail(absl::StrCat("--shared_prefix: tokens in [0, ", kMaxLength, "]"));
   }
   std::vector<RequestShape> shapes;
   if (!absl::GetFlag(FLAGS_jsonl).empty()) {

@@ -302,6 +302,8 @@ void Session::Log(int http_status, const std::string& note) {
   std::string outcome = note;
   if (outcome.empty()) outcome = cancelled_;
   if (outcome.empty() && !error_.ok()) outcome = std::string(error_.message());
+  // httplib stopped calling Pump (the gateway stopping while a write waited on a slow client).
+  if (outcome.empty() && began_ && !finished_) outcome = "the stream was cut before its end";
   spdlog::info(
       "{} {} model={} n={} stream={} status={} prompt_tokens={} completion_tokens={} "
       "duration={:.3f}s user=\"{}\" {}",

@@ -178,6 +178,12 @@ int Run(int argc, char** argv) {
   sigwait(&signals, &sig);
   Drain(g, signals, sig, flags->drain_timeout_seconds, http_done);
   g.stopping = true;
+  // The requests still open end with an error within a poll of the event queue (100 ms); stopping
+  // the HTTP server first would cut them off (httplib calls no content provider once it is
+  // stopping). A client too slow to take its last bytes is not waited for past a second.
+  for (int i = 0; i < 50 && g.open_requests.load() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   while (!http_done.load()) {  // stop() is a no-op until the accept loop runs: repeat it
     server.stop();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -445,6 +445,7 @@ absl::Status ParseCompletions(const json& body, OpenAIRequest* out, v1::Generate
   std::optional<int64_t> max_tokens, logprobs, best_of;
   if (absl::Status s = GetInt(body, "max_tokens", 1, kMaxU32, &max_tokens); !s.ok()) return s;
   base->set_max_tokens(static_cast<uint32_t>(max_tokens.value_or(16)));  // OpenAI's default
+  out->default_max_tokens = !max_tokens;
   if (absl::Status s = GetInt(body, "logprobs", 0, kMaxI32, &logprobs); !s.ok()) return s;
   if (logprobs) {
     out->top_logprobs = static_cast<int>(*logprobs);

@@ -11,8 +11,8 @@
 //   prompt (completions)       -> text, or token_ids for integer lists; a list of prompts gives one
 //                                 prompt each
 //   max_completion_tokens | max_tokens -> max_tokens (default: chat options.default_max_tokens,
-//                                 at most the server's limit, applied by the caller; completions
-//                                 16, as OpenAI)
+//                                 completions 16, as OpenAI; the caller lowers a default to the
+//                                 server's limit)
 //   temperature, top_p, seed, presence_penalty, frequency_penalty -> sampling.*
 //   stop (string or list)      -> stop
 //   logprobs + top_logprobs (chat), logprobs K (completions) -> logprobs max(K, 1); shown: K
@@ -54,7 +54,7 @@ struct OpenAIRequest {
   int n = 1;
   int top_logprobs = -1;  // alternatives shown per token; -1: no logprobs at all
   std::string user;
-  bool default_max_tokens = false;     // a chat request that set no limit got the gateway's default
+  bool default_max_tokens = false;     // the request set no limit: the default applies
   std::vector<ChoiceRequest> choices;  // index = prompt * n + i, as OpenAI orders them
 };
 

@@ -141,8 +141,9 @@ absl::StatusOr<std::string> ReadBody(const httplib::Request& req, const httplib:
     body.append(data, n);
     return true;
   });
-  // httplib refuses a Content-Length over kMaxBodyBytes itself, before the first byte (setting
-  // 413 on the response): the same answer as a body found too large while reading.
+  // httplib refuses a Content-Length over kMaxBodyBytes itself, without handing over a byte (it
+  // reads and drops the announced body, setting 413 on the response): the same answer as a body
+  // found too large while reading.
   if (too_large || (!read && res.status == 413)) {
     return RequestTooLarge(absl::StrCat("The request body is larger than the gateway accepts (",
                                         kMaxBodyBytes >> 20, " MiB) once decompressed."));

@@ -146,7 +146,7 @@ const h = require('./harness');
       const none = await client.chat.completions.create({ ...req, logprobs: false, top_logprobs: undefined });
       assert.strictEqual(none.choices[0].logprobs, null);
     }],
-    ['a chat without max_tokens gets the default, at most the server\'s limit', async () => {
+    ['a request without max_tokens gets the default, at most the server\'s limit', async () => {
       const small = await h.startServer(['--limits.max_tokens', '12']);
       const gw2 = await h.startGateway(small);  // --default-max-tokens 4096
       const c2 = h.openai(gw2);
@@ -155,6 +155,10 @@ const h = require('./harness');
                                                    temperature: 0, ignore_eos: true });
       assert.strictEqual(r.choices[0].finish_reason, 'length');
       assert.strictEqual(r.usage.completion_tokens, 12);
+      // Legacy completions default to 16 (OpenAI's), lowered the same way.
+      const legacy = await c2.completions.create({ model: name, prompt: 'Go on.', temperature: 0,
+                                                   ignore_eos: true });
+      assert.strictEqual(legacy.usage.completion_tokens, 12);
       // A limit the client sets is still the server's to refuse, naming it.
       const e = await h.apiError(() => c2.chat.completions.create({ model: name,
         messages: user('Go on.'), max_completion_tokens: 13 }));

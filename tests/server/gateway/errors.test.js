@@ -100,7 +100,7 @@ function assertApiError(e, status, param, code) {
       assert.strictEqual(g.status, 413);
       assert.strictEqual(g.body.error.code, 'request_too_large');
       // The same with its Content-Length given (as curl and the OpenAI SDKs send it), which
-      // httplib refuses before reading.
+      // httplib refuses by its length (a 400 "could not be read" before).
       const sized = await h.request(gw, 'POST', '/v1/completions', {
         body: huge, headers: { 'content-length': Buffer.byteLength(huge) } });
       assert.strictEqual(sized.status, 413, sized.text);
