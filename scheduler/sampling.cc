@@ -40,7 +40,10 @@ inline float ExpNonPositive(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) * (1 << 23);
+  // A NaN x (a NaN logit, or inf - inf) stays NaN through the clamp; its n converted to int was
+  // undefined (INT_MIN on x86, and INT_MIN + 127 times 2^23 overflowed). p is NaN then, so 2^0
+  // keeps the result NaN, as it was.
+  const int32_t bits = (static_cast<int32_t>(n == n ? n : 0.0f) + 127) * (1 << 23);
   return p * std::bit_cast<float>(bits);
 }
 

@@ -61,6 +61,33 @@ TEST(Sampling, GreedyIsTheFirstLargestIdNaNsPassedOver) {
   EXPECT_EQ(rows, 11 * 6);
 }
 
+// A NaN logit, and inf - inf (a row of -inf, or a +inf logit), exponentiate to NaN: the
+// normaliser and the logprobs are NaN, the draw and the alternatives still name ids of the row.
+// ExpNonPositive converted the NaN's exponent to int (undefined; UBSan stopped the process at a
+// signed overflow), on the draw's path and the logprobs' alike.
+TEST(Sampling, NaNAndInfiniteLogitsAreExponentiatedWithoutUndefinedBehaviour) {
+  const std::vector<std::vector<float>> rows = {
+      {std::nanf(""), 0.0f, 1.0f}, {-INFINITY, -INFINITY, -INFINITY}, {INFINITY, 0.0f, 1.0f}};
+  for (size_t r = 0; r < rows.size(); ++r) {
+    for (const float t : {0.0f, 1.0f}) {
+      for (const int32_t top_k : {0, 2}) {
+        SamplingParams p;
+        p.temperature = t;
+        p.top_k = top_k;
+        p.logprobs = 2;
+        const TokenChoice c = SampleToken(rows[r], p, {}, {}, 0);
+        EXPECT_GE(c.token, 0) << r;
+        EXPECT_LT(c.token, 3) << r;
+        EXPECT_EQ(c.top.size(), 2u) << r;
+      }
+    }
+  }
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.logprobs = 1;
+  EXPECT_TRUE(std::isnan(SampleToken(rows[0], p, {}, {}, 0).logprob));
+}
+
 // Draws depend on (seed, index) only; their frequencies follow softmax(l / T).
 // A temperature whose reciprocal overflows a float is greedy (it drew [PAD] or noise before).
 TEST(Sampling, ATemperatureTooSmallToInvertIsGreedy) {
