@@ -177,8 +177,12 @@ __attribute__((target("avx512f"))) uint64_t ReadAvx512(const uint8_t* p, size_t 
   }
   uint64_t s = 0;
   for (; i < n; ++i) s += p[i];
-  const __m512i x = _mm512_xor_si512(_mm512_xor_si512(a, b), _mm512_xor_si512(c, d));
-  return s + static_cast<uint64_t>(_mm512_reduce_add_epi64(x));
+  // Summed as uint64_t lanes, as ReadAvx2 does: GCC's _mm512_reduce_add_epi64 adds its lanes as
+  // signed long long, which overflowed (undefined; UBSan stopped kimi-bench) on these xors.
+  alignas(64) uint64_t lanes[8];
+  _mm512_store_si512(lanes, _mm512_xor_si512(_mm512_xor_si512(a, b), _mm512_xor_si512(c, d)));
+  for (const uint64_t lane : lanes) s += lane;
+  return s;
 }
 
 __attribute__((target("avx2"))) uint64_t ReadAvx2(const uint8_t* p, size_t n) {
