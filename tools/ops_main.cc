@@ -189,7 +189,9 @@ absl::Status Mla(const TensorMap& in, TensorMap& out) {
   const int64_t T = q.shape[0], Hh = q.shape[1], Dqk = q.shape[2];
   const int64_t S = latent.shape[0], R = latent.shape[1], Dr = k_pe.shape[1];
   const int64_t Dn = Dqk - Dr;
-  if (k_pe.shape[0] != S || T > S || Dn <= 0 || w_kv_b.shape[1] != R ||
+  // Hh first: the checks after it divide by it (q with no heads ended in SIGFPE). R > 0 as the
+  // config requires of kv_lora_rank: the kernel indexed an empty latent row.
+  if (Hh <= 0 || R <= 0 || k_pe.shape[0] != S || T > S || Dn <= 0 || w_kv_b.shape[1] != R ||
       w_kv_b.shape[0] % Hh != 0 || w_kv_b.shape[0] / Hh <= Dn) {
     return ShapeError("mla: q [T,Hh,Dn+Dr], kv_latent [S,R], k_pe [S,Dr], "
                       "w_kv_b [Hh*(Dn+Dv),R], T <= S");
@@ -198,8 +200,10 @@ absl::Status Mla(const TensorMap& in, TensorMap& out) {
   // The cache as one page holding all S rows of [latent | k_pe].
   std::vector<float> pool(S * (R + Dr));
   for (int64_t s = 0; s < S; ++s) {
-    std::copy_n(&latent.f32[s * R], R, &pool[s * (R + Dr)]);
-    std::copy_n(&k_pe.f32[s * Dr], Dr, &pool[s * (R + Dr) + R]);
+    // Pointer arithmetic, not operator[]: with R or Dr 0 the source vector is empty, and indexing
+    // it is undefined (UBSan: reference binding to null pointer) even for a copy of nothing.
+    std::copy_n(latent.f32.data() + s * R, R, pool.data() + s * (R + Dr));
+    std::copy_n(k_pe.f32.data() + s * Dr, Dr, pool.data() + s * (R + Dr) + R);
   }
   const int32_t page = 0;
   const PagedRows rows{pool.data(), &page, S, R + Dr};

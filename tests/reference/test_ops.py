@@ -458,6 +458,20 @@ def mla_cases(R, run, gen):
             R.report("mla", label, [compare("out", out["out"], ref, TOL_MLA)], TOL_MLA)
         except Exception as e:  # noqa: BLE001
             R.error("mla", label, e)
+    # Shapes without heads or without a latent are refused as shape errors (exit 1): no heads divided
+    # by zero in the check (SIGFPE), no latent reached the kernel, which indexes a latent row.
+    for (Hh, Rk) in [(0, 32), (2, 0)]:
+        label = f"refuses Hh{Hh} R{Rk}"
+        if not R.want(f"mla {label}"):
+            continue
+        ins = {"q": torch.zeros(3, Hh, 24, dtype=F32), "kv_latent": torch.zeros(4, Rk, dtype=F32),
+               "k_pe": torch.zeros(4, 8, dtype=F32), "w_kv_b": torch.zeros(max(Hh, 1) * 32, Rk, dtype=F32)}
+        try:
+            run("mla", ins)
+            R.error("mla", label, "accepted")
+        except RuntimeError as e:
+            ok = "failed (1)" in str(e) and "mla: q [T,Hh,Dn+Dr]" in str(e)
+            R.report("mla", label, [(ok, "refused" if ok else f"not a shape error: {e}", 0.0, 0.0)], 0.0)
 
 
 # latent_moe: routing (exact ids, see moe_route), then chains of fp32 matmuls: down-projection (H terms),
