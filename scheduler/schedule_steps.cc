@@ -339,9 +339,10 @@ StepPlan Scheduler::Schedule(std::vector<RequestEvent>* events) {
   };
   const auto leaves_claims = [&](int64_t pages_needed) {
     if (claimed_slots == 0) return true;
-    const int64_t freeable = prefix_ ? prefix_->FreeablePages() : 0;
-    return slots_.free() > claimed_slots &&
-           pages_.free() + freeable - claimed_pages >= pages_needed;
+    if (slots_.free() <= claimed_slots) return false;
+    const int64_t free = pages_.free() - claimed_pages;
+    // The pages only the cache holds (a scan of every page) are counted only when needed.
+    return free >= pages_needed || free + prefix_->FreeablePages() >= pages_needed;
   };
   while (budget > 0 && (!swapped_.empty() || next_waiting < waiting_.size())) {
     Request* waiting = next_waiting < waiting_.size() ? waiting_[next_waiting] : nullptr;

@@ -519,6 +519,15 @@ int Run(int argc, char** argv) {
           "memory.prefix_cache_mib {} holds no snapshot of the KDA state ({:.1f} MiB): "
           "the prefix cache keeps nothing",
           c.prefix_cache_mib, slot_mib);
+    } else if (c.prefix_cache_mib > 0 && c.prefix_interval > 0 &&
+               (c.prefix_cache_mib << 20) / slot_bytes <= st.slots_total) {
+      // The scheduler's shared-prefix wait needs the cache to outlast a step's insertions.
+      spdlog::info(
+          "memory.prefix_cache_mib {} holds {} snapshots, no more than the {} requests a step may "
+          "snapshot: requests sharing a prompt that arrive together each prefill it (at least "
+          "{} MiB lets them wait for one snapshot)",
+          c.prefix_cache_mib, (c.prefix_cache_mib << 20) / slot_bytes, st.slots_total,
+          (slot_bytes * (st.slots_total + 1) + (1 << 20) - 1) >> 20);
     }
     b.loop->Start();
     if (absl::Status s = WarmUp(b); !s.ok()) return fail(1, std::string(s.message()));

@@ -69,7 +69,8 @@ void ConfigureHttp(httplib::Server& server, const GatewayFlags& flags) {
 // After SIGTERM/SIGINT: /health and new requests answer 503 while the open ones finish, for at most
 // `timeout_s` (a second signal, or the HTTP server ending, cuts it short). What is still open
 // afterwards is cancelled on the backend when the caller sets `stopping`.
-void Drain(Gateway& g, const sigset_t& signals, int sig, int64_t timeout_s,
+// Returns true when a second signal cut the drain short.
+bool Drain(Gateway& g, const sigset_t& signals, int sig, int64_t timeout_s,
            const std::atomic<bool>& http_done) {
   g.draining = true;
   spdlog::info("{}: draining {} open requests (at most {} s; a second signal stops at once)",
@@ -80,12 +81,13 @@ void Drain(Gateway& g, const sigset_t& signals, int sig, int64_t timeout_s,
          std::chrono::steady_clock::now() < deadline) {
     if (sigtimedwait(&signals, nullptr, &poll) > 0) {
       spdlog::info("second signal: stopping now");
-      break;
+      return true;
     }
   }
   if (g.open_requests.load() > 0) {
     spdlog::info("stopping; {} open requests are cancelled on the backend", g.open_requests.load());
   }
+  return false;
 }
 
 // Binds the HTTP port; returns the port (the chosen one for port 0), or an error.
@@ -176,12 +178,13 @@ int Run(int argc, char** argv) {
   });
   int sig = 0;
   sigwait(&signals, &sig);
-  Drain(g, signals, sig, flags->drain_timeout_seconds, http_done);
+  const bool second_signal = Drain(g, signals, sig, flags->drain_timeout_seconds, http_done);
   g.stopping = true;
   // The requests still open end with an error within a poll of the event queue (100 ms); stopping
   // the HTTP server first would cut them off (httplib calls no content provider once it is
-  // stopping). A client too slow to take its last bytes is not waited for past a second.
-  for (int i = 0; i < 50 && g.open_requests.load() > 0; ++i) {
+  // stopping). A client too slow to take its last bytes is not waited for past a second, and a
+  // second signal stops at once.
+  for (int i = 0; i < 50 && !second_signal && g.open_requests.load() > 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   while (!http_done.load()) {  // stop() is a no-op until the accept loop runs: repeat it
