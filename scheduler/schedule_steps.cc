@@ -190,8 +190,9 @@ bool Scheduler::AdmitWaiting(Request& r) {
 // (chunks on the same grid), so nothing but the work changes. The wait is bounded: the other
 // request reaches the boundary within its prompt, and one that is preempted or finishes ends it.
 // Only a request ranked ahead is waited for (one ranked behind may get no budget for steps), and
-// only when the cache holds more snapshots than a step can insert, so that the one awaited is not
-// evicted before it is used.
+// only when the cache holds more snapshots than a step can insert, so that the step that makes the
+// awaited one cannot evict it. Nothing pins it after that: a waiter that then cannot start for
+// many steps (requests of higher priority taking the budget) may find it evicted and prefill.
 int64_t Scheduler::AwaitsSharedPrefix(const Request& w, const std::vector<Request*>& running) {
   const int64_t interval = prefix_->interval();
   const int64_t limit = w.total() - 1;  // at least one token must run to produce logits
