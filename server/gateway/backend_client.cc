@@ -92,14 +92,16 @@ std::optional<StreamEvent> EventQueue::Pop(std::chrono::milliseconds timeout) {
   return e;
 }
 
-BackendClient::BackendClient(const std::string& target) {
+BackendClient::BackendClient(const std::string& target,
+                             std::shared_ptr<grpc::ChannelCredentials> credentials) {
   grpc::ChannelArguments args;
   // Reconnect quickly once a (re)started backend listens again (gRPC's default backoff reaches
   // two minutes); calls fail fast with UNAVAILABLE while it is down.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  channel_ = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  channel_ = grpc::CreateCustomChannel(
+      target, credentials ? credentials : grpc::InsecureChannelCredentials(), args);
   stub_ = v1::Generation::NewStub(channel_);
   health_ = grpc::health::v1::Health::NewStub(channel_);
 }

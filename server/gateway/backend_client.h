@@ -55,8 +55,9 @@ class GenerateCall {
 
 class BackendClient {
  public:
-  // `target`: host:port of kimi-server (plaintext gRPC).
-  explicit BackendClient(const std::string& target);
+  // `target`: host:port of kimi-server; `credentials`: TLS, or null for plaintext gRPC.
+  explicit BackendClient(const std::string& target,
+                         std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
   // Waits (up to 5 s) for streams still in flight to wind down.
   ~BackendClient();
 

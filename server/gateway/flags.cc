@@ -26,6 +26,12 @@ absl::Status Set(GatewayFlags* f, const std::string& flag, const std::string& va
     f->api_keys_file = value;
   } else if (flag == "--backend-api-key-file") {
     f->backend_api_key_file = value;
+  } else if (flag == "--backend-ca-file") {
+    f->backend_ca_file = value;
+  } else if (flag == "--backend-cert-file") {
+    f->backend_cert_file = value;
+  } else if (flag == "--backend-key-file") {
+    f->backend_key_file = value;
   } else if (flag == "--log-level") {
     if (value != "trace" && value != "debug" && value != "info" && value != "warn" &&
         value != "error") {
@@ -102,6 +108,13 @@ absl::StatusOr<GatewayFlags> ParseFlags(int argc, const char* const* argv, bool*
     return absl::InvalidArgumentError(
         absl::StrCat("--backend: '", f.backend, "' is not HOST:PORT of a kimi-server"));
   }
+  if (f.backend_cert_file.empty() != f.backend_key_file.empty()) {
+    return absl::InvalidArgumentError("--backend-cert-file and --backend-key-file go together");
+  }
+  if (!f.backend_cert_file.empty() && f.backend_ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--backend-cert-file: only with --backend-ca-file (TLS to the backend)");
+  }
   if (!f.backend_api_key_file.empty() && f.api_keys_file.empty()) {
     return absl::InvalidArgumentError(
         "--backend-api-key-file: only with --api-keys-file (without it, clients' keys pass "
@@ -119,6 +132,11 @@ std::string HelpText() {
                                 send 'Authorization: Bearer KEY'. Unset: the client's
                                 Authorization header is passed to the backend as gRPC metadata
   --backend-api-key-file FILE   with --api-keys-file: the key the gateway sends to the backend
+  --backend-ca-file FILE        TLS to the backend (a kimi-server with tls.* set): the CA
+                                certificates (PEM) its certificate is checked against;
+                                unset: plaintext gRPC
+  --backend-cert-file FILE      with --backend-key-file: the gateway's certificate and key
+  --backend-key-file FILE       (PEM) for a server that asks for one (tls.client_ca_file)
   --max-connections N           HTTP connections served at once, one thread each       [1024]
   --default-max-tokens N        max_tokens of chat requests that set none (at most the
                                 server's limits.max_tokens)                            [4096]

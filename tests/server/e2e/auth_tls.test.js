@@ -7,25 +7,6 @@ const path = require('path');
 const { spawnSync } = require('child_process');
 const h = require('./harness');
 
-function makeCerts(dir) {
-  const ssl = (...args) => h.execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
-  const san = path.join(dir, 'san.cnf');
-  fs.writeFileSync(san, 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
-  ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem',
-      '-days', '2', '-subj', '/CN=kimi-test-ca');
-  for (const who of ['server', 'client']) {
-    ssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', `${who}.key`, '-out', `${who}.csr`,
-        '-subj', `/CN=kimi-test-${who}`);
-    ssl('x509', '-req', '-in', `${who}.csr`, '-CA', 'ca.pem', '-CAkey', 'ca.key',
-        '-CAcreateserial', '-out', `${who}.pem`, '-days', '2', '-extfile', san);
-  }
-  // A second CA, not trusted by the server, for a rogue client certificate.
-  ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'rogue.key', '-out', 'rogue.pem',
-      '-days', '2', '-subj', '/CN=rogue');
-  const read = (f) => fs.readFileSync(path.join(dir, f));
-  return { dir, ca: read('ca.pem'), cert: read('client.pem'), key: read('client.key'),
-           rogueCert: read('rogue.pem'), rogueKey: read('rogue.key') };
-}
 
 const bearer = (key) => {
   const md = new h.grpc.Metadata();
@@ -35,7 +16,7 @@ const bearer = (key) => {
 
 (async () => {
   const dir = h.tmpdir('kimi-tls-');
-  const certs = makeCerts(dir);
+  const certs = h.makeCerts(dir);
   fs.writeFileSync(path.join(dir, 'keys.txt'), '# keys\nsk-test-one\nsk-test-two\n');
   const tls = ['--tls-cert', path.join(dir, 'server.pem'), '--tls-key', path.join(dir, 'server.key')];
   const req = { text: 'secure', max_tokens: 3, sampling: { temperature: 0 } };

@@ -187,7 +187,30 @@ function tmpdir(prefix) {
   return dir;
 }
 
+// A CA, a server and a client certificate it signed (for 127.0.0.1 and localhost), and a rogue
+// certificate from another CA, made by openssl in `dir`: the PEM contents, and the files there
+// (ca.pem, server.pem / server.key, client.pem / client.key, rogue.pem / rogue.key).
+function makeCerts(dir) {
+  const ssl = (...args) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
+  const san = path.join(dir, 'san.cnf');
+  fs.writeFileSync(san, 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
+  ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem',
+      '-days', '2', '-subj', '/CN=kimi-test-ca');
+  for (const who of ['server', 'client']) {
+    ssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', `${who}.key`, '-out', `${who}.csr`,
+        '-subj', `/CN=kimi-test-${who}`);
+    ssl('x509', '-req', '-in', `${who}.csr`, '-CA', 'ca.pem', '-CAkey', 'ca.key',
+        '-CAcreateserial', '-out', `${who}.pem`, '-days', '2', '-extfile', san);
+  }
+  // A second CA, not trusted by the server, for a rogue client certificate.
+  ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'rogue.key', '-out', 'rogue.pem',
+      '-days', '2', '-subj', '/CN=rogue');
+  const read = (f) => fs.readFileSync(path.join(dir, f));
+  return { dir, ca: read('ca.pem'), cert: read('client.pem'), key: read('client.key'),
+           rogueCert: read('rogue.pem'), rogueKey: read('rogue.key') };
+}
+
 module.exports = { grpc, kimi, root, build, modelDir, startServer, startMpiServer, client,
                    healthClient,
                    reflectionClient, generate, unary, scrape, metric, waitFor, run, tmpdir,
-                   execFileSync };
+                   execFileSync, makeCerts };

@@ -45,6 +45,12 @@ TEST(GatewayFlags, RejectsBadInput) {
   EXPECT_EQ(Parse({"--nope"}).status().message(), "unknown flag --nope (see --help)");
   EXPECT_EQ(Parse({"--nope", "1"}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(Parse({"--backend-api-key-file", "k.txt"}).ok());  // needs --api-keys-file
+  // TLS to the backend: a client certificate goes with its key, and both with the CA.
+  EXPECT_FALSE(Parse({"--backend-ca-file", "ca.pem", "--backend-cert-file", "c.pem"}).ok());
+  EXPECT_FALSE(Parse({"--backend-cert-file", "c.pem", "--backend-key-file", "c.key"}).ok());
+  EXPECT_TRUE(Parse({"--backend-ca-file", "ca.pem", "--backend-cert-file", "c.pem",
+                     "--backend-key-file", "c.key"})
+                  .ok());
   // spdlog would take an unknown level as "off" and silence the gateway.
   EXPECT_EQ(Parse({"--log-level", "inof"}).status().message(),
             "--log-level: expected trace, debug, info, warn or error, got 'inof'");
