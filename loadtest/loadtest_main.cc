@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <tuple>
 
 #include <grpcpp/grpcpp.h>
@@ -49,6 +50,12 @@ ABSL_FLAG(uint64_t, seed, 1,
           "workload seed: the same seed, the same prompts (each rate of a sweep its own); a "
           "server's prefix cache serves prompts it has seen, so repeat a run with another seed");
 ABSL_FLAG(std::string, api_key, "", "sent as 'authorization: Bearer KEY'");
+ABSL_FLAG(std::string, tls_ca, "",
+          "TLS to the target (a server with tls.* set): the CA certificates (PEM) its "
+          "certificate is checked against; unset: plaintext");
+ABSL_FLAG(std::string, tls_cert, "",
+          "with --tls_key: this client's certificate (PEM), for a server that asks for one");
+ABSL_FLAG(std::string, tls_key, "", "with --tls_cert: this client's private key (PEM)");
 ABSL_FLAG(double, temperature, 0.0, "sampling temperature");
 
 namespace kimi::loadtest {
@@ -132,6 +139,12 @@ int Main() {
   if (!InRange(absl::GetFlag(FLAGS_temperature), 0, 100, /*closed=*/true)) {
     return Fail("--temperature: in [0, 100]");
   }
+  if (absl::GetFlag(FLAGS_tls_cert).empty() != absl::GetFlag(FLAGS_tls_key).empty()) {
+    return Fail("--tls_cert and --tls_key go together");
+  }
+  if (!absl::GetFlag(FLAGS_tls_cert).empty() && absl::GetFlag(FLAGS_tls_ca).empty()) {
+    return Fail("--tls_cert: only with --tls_ca (TLS to the target)");
+  }
   const std::string json_path = absl::GetFlag(FLAGS_json), csv_path = absl::GetFlag(FLAGS_csv);
   if (json_path == "-" && csv_path == "-") {
     return Fail("--json=- and --csv=-: only one of them can go to stdout");
@@ -169,7 +182,25 @@ int Main() {
     std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
     for (int i = 0; i < 4096; ++i) shapes.push_back({"", p->Draw(rng), o->Draw(rng)});
   }
-  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!absl::GetFlag(FLAGS_tls_ca).empty()) {
+    grpc::SslCredentialsOptions tls;
+    for (const auto& [flag, path, out] :
+         {std::tuple{"--tls_ca", absl::GetFlag(FLAGS_tls_ca), &tls.pem_root_certs},
+          std::tuple{"--tls_cert", absl::GetFlag(FLAGS_tls_cert), &tls.pem_cert_chain},
+          std::tuple{"--tls_key", absl::GetFlag(FLAGS_tls_key), &tls.pem_private_key}}) {
+      if (path.empty()) continue;
+      std::ifstream in(path, std::ios::binary);
+      std::stringstream pem;
+      pem << in.rdbuf();
+      if (!in || pem.str().find("-----BEGIN ") == std::string::npos) {
+        return Fail(absl::StrCat(flag, ": cannot read a PEM file from ", path));
+      }
+      *out = pem.str();
+    }
+    credentials = grpc::SslCredentials(tls);
+  }
+  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target), credentials);
   auto stub = v1::Generation::NewStub(channel);
   RunOptions o;
   o.concurrency = absl::GetFlag(FLAGS_concurrency);

@@ -48,6 +48,29 @@ const h = require('../server/e2e/harness');
       // (the server's prefix_interval), those arriving meanwhile by waiting for its snapshot.
       assert.strictEqual(await saved() - before, 256 * (l.requests - 1));
     }],
+    ['a TLS target (mutual TLS) with --tls_ca, --tls_cert and --tls_key', async () => {
+      const certs = h.makeCerts(h.tmpdir('kimi-loadtest-tls-'));
+      const file = (f) => path.join(certs.dir, f);
+      const tls = await h.startServer(['--tls-cert', file('server.pem'), '--tls-key',
+                                       file('server.key'), '--tls-client-ca', file('ca.pem')]);
+      const bin = path.join(h.build, 'bin/kimi-loadtest');
+      const run = (extra) => spawnSync(bin, [
+        '--target', tls.address(), '--rates', '4', '--duration', '0.5', '--requests', '2',
+        '--warmup', '0', '--prompt_len', 'fixed:8', '--output_len', 'fixed:2', '--json=-',
+        ...extra], { encoding: 'utf8', timeout: 60000 });
+      const ok = run(['--tls_ca', file('ca.pem'), '--tls_cert', file('client.pem'),
+                      '--tls_key', file('client.key')]);
+      assert.strictEqual(ok.status, 0, ok.stderr);
+      const l = JSON.parse(ok.stdout).levels[0];
+      assert.ok(l.requests > 0 && l.succeeded === l.requests, JSON.stringify(l));
+      const plain = run([]);  // the server refuses the handshake
+      assert.strictEqual(plain.status, 2, plain.stderr);
+      assert.ok(plain.stderr.includes('cannot reach'), plain.stderr);
+      const half = run(['--tls_cert', file('client.pem')]);
+      assert.strictEqual(half.status, 2, half.stderr);
+      assert.ok(half.stderr.includes('--tls_key'), half.stderr);
+      await tls.stop();
+    }],
     ['bad numbers and two stdout outputs are refused before the run', async () => {
       const bin = path.join(h.build, 'bin/kimi-loadtest');
       for (const args of [['--rates', 'nan'], ['--rates', 'inf'], ['--warmup', 'inf'],
