@@ -68,6 +68,16 @@ absl::StatusOr<std::string> ReceiveMessage(Communicator* world) {
   return bytes;
 }
 
+// Every rank joins this after a heartbeat (rank 0's Idle, the followers' loop), so a rank that
+// hangs while the server is idle ends the job within the deadline, instead of hanging the next
+// request's first collective for as long.
+absl::Status HeartbeatBarrier(Communicator* world) {
+  if (absl::Status s = world->Barrier(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("idle heartbeat: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string StepMessage::Encode() const {
@@ -180,12 +190,7 @@ absl::Status LeaderStepRunner::Idle() {
   m.ops = std::move(sink_.pending);  // ops of finished requests: keep every shard in step
   sink_.pending.clear();
   if (absl::Status s = Send(m); !s.ok()) return s;
-  // Every rank answers the heartbeat, so a rank that hangs while the server is idle ends the job
-  // within the deadline, instead of hanging the next request's first collective for as long.
-  if (absl::Status s = comms_.world->Barrier(); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("idle heartbeat: ", s.message()));
-  }
-  return absl::OkStatus();
+  return HeartbeatBarrier(comms_.world);
 }
 
 void LeaderStepRunner::Stop() {
@@ -216,9 +221,7 @@ absl::Status FollowerLoop(const Model& model, EngineComms comms,
     if (absl::Status s = ApplyAll(store, m->ops); !s.ok()) return s;
     if (m->command == Command::kStop) return absl::OkStatus();
     if (m->command == Command::kHeartbeat) {
-      if (absl::Status s = comms.world->Barrier(); !s.ok()) {  // answered: see Idle()
-        return absl::Status(s.code(), absl::StrCat("idle heartbeat: ", s.message()));
-      }
+      if (absl::Status s = HeartbeatBarrier(comms.world); !s.ok()) return s;
       continue;
     }
     const std::vector<SequenceStep> batch = m->Batch();

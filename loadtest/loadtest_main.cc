@@ -9,7 +9,6 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 #include <tuple>
 
 #include <grpcpp/grpcpp.h>
@@ -21,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "loadtest/runner.h"
 #include "nlohmann/json.hpp"
+#include "proto/client_credentials.h"
 #include "tools/parse_flags.h"
 #include <signal.h>
 
@@ -169,10 +169,10 @@ int Main() {
     auto s = ReadJsonl(absl::GetFlag(FLAGS_jsonl));
     if (!s.ok()) return Fail(std::string(s.status().message()));
     shapes = std::move(*s);
-    for (const RequestShape& shape : shapes) {
-      if (shared_prefix > 0 && !shape.prompt_text.empty()) {
-        return Fail("--shared_prefix: only for random prompts (JSONL lines with prompt_tokens)");
-      }
+    const bool texts = std::any_of(shapes.begin(), shapes.end(),
+                                   [](const RequestShape& s) { return !s.prompt_text.empty(); });
+    if (shared_prefix > 0 && texts) {
+      return Fail("--shared_prefix: only for random prompts (JSONL lines with prompt_tokens)");
     }
   } else {
     auto p = ParseLengthDist(absl::GetFlag(FLAGS_prompt_len), "prompt_len");
@@ -182,25 +182,11 @@ int Main() {
     std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
     for (int i = 0; i < 4096; ++i) shapes.push_back({"", p->Draw(rng), o->Draw(rng)});
   }
-  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
-  if (!absl::GetFlag(FLAGS_tls_ca).empty()) {
-    grpc::SslCredentialsOptions tls;
-    for (const auto& [flag, path, out] :
-         {std::tuple{"--tls_ca", absl::GetFlag(FLAGS_tls_ca), &tls.pem_root_certs},
-          std::tuple{"--tls_cert", absl::GetFlag(FLAGS_tls_cert), &tls.pem_cert_chain},
-          std::tuple{"--tls_key", absl::GetFlag(FLAGS_tls_key), &tls.pem_private_key}}) {
-      if (path.empty()) continue;
-      std::ifstream in(path, std::ios::binary);
-      std::stringstream pem;
-      pem << in.rdbuf();
-      if (!in || pem.str().find("-----BEGIN ") == std::string::npos) {
-        return Fail(absl::StrCat(flag, ": cannot read a PEM file from ", path));
-      }
-      *out = pem.str();
-    }
-    credentials = grpc::SslCredentials(tls);
-  }
-  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target), credentials);
+  auto credentials = ClientCredentials({{"--tls_ca", absl::GetFlag(FLAGS_tls_ca)},
+                                        {"--tls_cert", absl::GetFlag(FLAGS_tls_cert)},
+                                        {"--tls_key", absl::GetFlag(FLAGS_tls_key)}});
+  if (!credentials.ok()) return Fail(std::string(credentials.status().message()));
+  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target), *credentials);
   auto stub = v1::Generation::NewStub(channel);
   RunOptions o;
   o.concurrency = absl::GetFlag(FLAGS_concurrency);

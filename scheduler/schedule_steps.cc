@@ -197,18 +197,24 @@ int64_t Scheduler::AwaitsSharedPrefix(const Request& w, const std::vector<Reques
   const int64_t interval = prefix_->interval();
   const int64_t limit = w.total() - 1;  // at least one token must run to produce logits
   if (limit < interval || prefix_->capacity() <= config_.max_running) return 0;
-  std::vector<int32_t> tokens(w.total());
-  for (int64_t i = 0; i < w.total(); ++i) tokens[i] = w.token_at(i);
-  const int64_t cached = prefix_->Lookup(tokens, limit, /*count=*/false).tokens;
+  // The prompt and what the cache holds of it, read only once a request shares a boundary with it
+  // (most waiting requests share none: admission looks the prompt up itself).
+  std::vector<int32_t> tokens;
+  int64_t cached = -1;
   for (const Request* r : running) {
     if ((r->computed / interval + 1) * interval > limit) continue;  // past every one `w` could use
     if (!Before(r, &w)) continue;
     const int64_t most = std::min(limit, r->total());
     int64_t common = 0;
-    while (common < most && r->token_at(common) == tokens[common]) ++common;
+    while (common < most && r->token_at(common) == w.token_at(common)) ++common;
     const int64_t boundary = common / interval * interval;
-    if (boundary > cached && boundary > r->computed &&
-        prefix_->Wants(std::span<const int32_t>(tokens.data(), boundary))) {
+    if (boundary <= r->computed) continue;
+    if (cached < 0) {
+      tokens.resize(w.total());
+      for (int64_t i = 0; i < w.total(); ++i) tokens[i] = w.token_at(i);
+      cached = prefix_->Lookup(tokens, limit, /*count=*/false).tokens;
+    }
+    if (boundary > cached && prefix_->Wants(std::span<const int32_t>(tokens.data(), boundary))) {
       return boundary;
     }
   }

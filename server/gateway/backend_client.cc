@@ -100,8 +100,7 @@ BackendClient::BackendClient(const std::string& target,
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  channel_ = grpc::CreateCustomChannel(
-      target, credentials ? credentials : grpc::InsecureChannelCredentials(), args);
+  channel_ = grpc::CreateCustomChannel(target, credentials, args);
   stub_ = v1::Generation::NewStub(channel_);
   health_ = grpc::health::v1::Health::NewStub(channel_);
 }

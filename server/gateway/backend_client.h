@@ -55,9 +55,8 @@ class GenerateCall {
 
 class BackendClient {
  public:
-  // `target`: host:port of kimi-server; `credentials`: TLS, or null for plaintext gRPC.
-  explicit BackendClient(const std::string& target,
-                         std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+  // `target`: host:port of kimi-server; `credentials`: plaintext or TLS (ClientCredentials).
+  BackendClient(const std::string& target, std::shared_ptr<grpc::ChannelCredentials> credentials);
   // Waits (up to 5 s) for streams still in flight to wind down.
   ~BackendClient();
 

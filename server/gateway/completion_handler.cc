@@ -44,13 +44,6 @@ std::string Truncate(std::string s, size_t n) {
   return s;
 }
 
-// What a request still open when the gateway's drain time is up ends with: an error the client
-// can act on (a 503, or an error event on a stream that began), not a cut connection.
-absl::Status GatewayStopped() {
-  return absl::UnavailableError(
-      "the gateway shut down before the request finished; retry on another replica");
-}
-
 int64_t UnixNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -113,6 +106,13 @@ class Session {
     return g_.token_bytes->Get(meta_.model, id, authorization_);
   }
   bool AllEnded() const { return ended_ == choices_.size(); }
+  // A request still open when the gateway's drain time is up ends with an error the client can act
+  // on (a 503, or an error event on a stream that began), not a cut connection.
+  void EndForStop() {
+    cancelled_ = "gateway stopping";
+    error_ = absl::UnavailableError(
+        "the gateway shut down before the request finished; retry on another replica");
+  }
   std::vector<ChoiceResult> Results() const;
 
   Gateway& g_;
@@ -188,8 +188,7 @@ bool Session::Await(const ClientWatch& watch, bool whole) {
       return false;
     }
     if (g_.stopping.load()) {
-      cancelled_ = "gateway stopping";
-      error_ = GatewayStopped();
+      EndForStop();
       break;
     }
     std::optional<StreamEvent> e = Next();
@@ -259,10 +258,7 @@ bool Session::Pump(httplib::DataSink& sink) {
     e = Next();
   }
   if (e) Render(*e, &out);
-  if (error_.ok() && !AllEnded() && g_.stopping.load()) {
-    cancelled_ = "gateway stopping";
-    error_ = GatewayStopped();
-  }
+  if (error_.ok() && !AllEnded() && g_.stopping.load()) EndForStop();
   if (!error_.ok()) {  // a stream failed after the response began: an error event ends it
     CancelAll();
     out += SseData(ToHttpError(error_).body);

@@ -7,15 +7,14 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
-#include <tuple>
 
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "proto/client_credentials.h"
 #include "server/gateway/flags.h"
 #include "server/gateway/gateway.h"
 #include "server/gateway/routes.h"
@@ -42,19 +41,6 @@ absl::StatusOr<std::string> ReadBackendKey(const std::string& path) {
     return value;
   }
   return absl::InvalidArgumentError(absl::StrCat("--backend-api-key-file: ", path, " has no key"));
-}
-
-// A PEM file for TLS to the backend: read whole; it must hold a PEM block (gRPC would only fail
-// each connection, naming neither the file nor the flag).
-absl::StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(flag, ": cannot open ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad() || ss.str().find("-----BEGIN ") == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " holds no PEM block"));
-  }
-  return ss.str();
 }
 
 // cpp-httplib listens with a backlog of 5 (built into Debian's library): a burst of new clients
@@ -159,24 +145,14 @@ int Run(int argc, char** argv) {
     backend_authorization = *key;
   }
 
-  std::shared_ptr<grpc::ChannelCredentials> credentials;
-  if (!flags->backend_ca_file.empty()) {
-    grpc::SslCredentialsOptions tls;
-    for (const auto& [flag, path, out] :
-         {std::tuple{"--backend-ca-file", &flags->backend_ca_file, &tls.pem_root_certs},
-          std::tuple{"--backend-cert-file", &flags->backend_cert_file, &tls.pem_cert_chain},
-          std::tuple{"--backend-key-file", &flags->backend_key_file, &tls.pem_private_key}}) {
-      if (path->empty()) continue;
-      auto pem = ReadPem(flag, *path);
-      if (!pem.ok()) {
-        spdlog::error("{}", std::string(pem.status().message()));
-        return 2;
-      }
-      *out = std::move(*pem);
-    }
-    credentials = grpc::SslCredentials(tls);
+  auto credentials = ClientCredentials({{"--backend-ca-file", flags->backend_ca_file},
+                                        {"--backend-cert-file", flags->backend_cert_file},
+                                        {"--backend-key-file", flags->backend_key_file}});
+  if (!credentials.ok()) {
+    spdlog::error("{}", std::string(credentials.status().message()));
+    return 2;
   }
-  BackendClient backend(flags->backend, credentials);
+  BackendClient backend(flags->backend, *credentials);
   ServedModel model(&backend);
   TokenBytes token_bytes(&backend);
   Gateway g;
