@@ -397,7 +397,10 @@ std::vector<Weight*> Model::Matrices(bool own_experts_only) {
     for (Weight* x : {&m.q_proj, &m.q_a_proj, &m.q_b_proj, &m.kv_a_proj, &m.g_proj, &m.o_proj}) {
       add(*x);
     }
-    if (config_.mla.kv_lora_rank % kPackRows == 0) add(m.uk_t);  // read per head with Rows()
+    // Read per head with Rows(): packed only when a head's rows are whole groups.
+    if (config_.mla.kv_lora_rank % PackGroupRows(cpu::PreferredPackLayout(m.uk_t.format)) == 0) {
+      add(m.uk_t);
+    }
     add_mlp(L.mlp);
     add(L.moe.router);
     add(L.moe.latent_down);

@@ -17,23 +17,32 @@ enum class WeightFormat : uint8_t {
   kMxfp4,
 };
 
-// Rows per group of the packed layout (kernels/cpu/pack.h).
+// Rows per group of the packed layouts (kernels/cpu/pack.h), but kTiles's.
 constexpr int64_t kPackRows = 8;
+// Rows per group of kTiles: one AMX tile holds 16 rows' pairs of a 32-column block.
+constexpr int64_t kTileRows = 16;
 
 // How a packed weight orders the bytes of each group (kernels/cpu/pack.h): by 32-column block, by
-// canonical lane, or (MXFP4 only) by row pair sharing each code byte.
-enum class PackLayout : uint8_t { kBlocks, kLanes, kPairs };
+// canonical lane, (MXFP4 only) by row pair sharing each code byte, or (bf16 only, 16-row groups)
+// as AMX tiles of the transposed block.
+enum class PackLayout : uint8_t { kBlocks, kLanes, kPairs, kTiles };
+
+// Rows per group of `layout`.
+constexpr int64_t PackGroupRows(PackLayout layout) {
+  return layout == PackLayout::kTiles ? kTileRows : kPackRows;
+}
 
 // [rows, cols] row-major, PyTorch's [out_features, in_features] -- or, when `packed`, the same
-// bytes reordered within each group of kPackRows rows as `layout` says (kernels/cpu/pack.h); a
-// group occupies exactly the bytes its rows would, so views of whole groups keep their addresses.
+// bytes reordered within each group of PackGroupRows(layout) rows as `layout` says
+// (kernels/cpu/pack.h); a group occupies exactly the bytes its rows would, so views of whole groups
+// keep their addresses.
 struct Weight {
   const void* data = nullptr;
   const uint8_t* scales = nullptr;  // kMxfp4 only
   WeightFormat format = WeightFormat::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
-  bool packed = false;                      // bf16 or MXFP4, rows % kPackRows == 0, cols % 32 == 0
+  bool packed = false;  // bf16 or MXFP4, rows % PackGroupRows(layout) == 0, cols % 32 == 0
   PackLayout layout = PackLayout::kBlocks;  // meaningful with `packed`
 
   // Bytes of `data`: the elements, or for MXFP4 the codes (two per byte).
@@ -55,12 +64,12 @@ struct Weight {
   int64_t Bytes() const { return DataBytes() + ScaleBytes(); }
   // Row r as a matrix of one row.
   Weight Row(int64_t r) const;
-  // Rows [begin, begin + count); for a packed weight `begin` must be a multiple of kPackRows.
+  // Rows [begin, begin + count); for a packed weight `begin` must be a multiple of its group.
   Weight Rows(int64_t begin, int64_t count) const;
 };
 
 inline Weight Weight::Rows(int64_t begin, int64_t count) const {
-  assert(!packed || begin % kPackRows == 0);
+  assert(!packed || begin % PackGroupRows(layout) == 0);
   Weight w = *this;
   w.rows = count;
   const auto* base = static_cast<const uint8_t*>(data);

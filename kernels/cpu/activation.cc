@@ -305,6 +305,7 @@ void Run256(Op op, float* out, const float* g, const float* u, int64_t n, const 
 void Run(Op op, float* out, const float* g, const float* u, int64_t n, const Params& p = {}) {
   // Same instruction set as MatMul (so $KIMI_ISA and SetMatMulIsa cover both).
   switch (MatMulIsa()) {
+    case Isa::kAmx:
     case Isa::kAvx512:
       return Run512(op, out, g, u, n, p);
     case Isa::kAvx2:

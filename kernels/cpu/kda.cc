@@ -490,7 +490,7 @@ ChunkHeadFn ChunkHeadForIsa() {
   static const bool v4 = (__builtin_cpu_init(), __builtin_cpu_supports("x86-64-v4"));
   static const bool v3 = __builtin_cpu_supports("x86-64-v3");
   const Isa isa = MatMulIsa();
-  if (isa == Isa::kAvx512 && v4) return ChunkHeadV4;
+  if (HasAvx512(isa) && v4) return ChunkHeadV4;
   if (isa != Isa::kScalar && v3) return ChunkHeadV3;
   return ChunkHeadBaseline;
 }

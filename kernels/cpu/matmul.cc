@@ -44,10 +44,12 @@ constexpr E8m0Table kE8m0Table;
 // kPairs codes (their nibbles move between bytes: PairsCodeByte); scales are in block order in
 // every layout.
 int64_t PackedUnit(const Weight& w, int64_t r, int64_t i, int64_t per_block) {
-  const int64_t g = r / kPackRows, j = r % kPackRows, b = i / 32, u = (i % 32) * per_block / 32;
-  const int64_t nb = w.cols / 32, group = g * kPackRows * nb * per_block;
-  if (w.layout == PackLayout::kLanes) return group + ((u * nb + b) * kPackRows + j);
-  return group + (b * kPackRows + j) * per_block + u;
+  const int64_t G = PackGroupRows(w.layout);
+  const int64_t g = r / G, j = r % G, b = i / 32, u = (i % 32) * per_block / 32;
+  const int64_t nb = w.cols / 32, group = g * G * nb * per_block;
+  if (w.layout == PackLayout::kLanes) return group + ((u * nb + b) * G + j);
+  if (w.layout == PackLayout::kTiles) return group + ((b * per_block + u) * G + j);
+  return group + (b * G + j) * per_block + u;
 }
 
 // Element i of row r as fp32 (0 beyond the row), for the scalar fallback.
@@ -140,6 +142,35 @@ KIMI_CLONES void RoundRowToBf16(uint16_t* __restrict xb, const float* __restrict
   for (int64_t c = k; c < kp; ++c) xb[c] = 0;
 }
 
+// Written with bit operations and no branches so that every clone vectorises it. Truncation (not
+// rounding) makes each term the top eight significant bits of what is left, so three are exact.
+KIMI_CLONES void SplitRowToBf16x3(uint16_t* __restrict hi, uint16_t* __restrict mid,
+                                  uint16_t* __restrict lo, const float* __restrict x, int64_t k,
+                                  int64_t kp) {
+  for (int64_t c = 0; c < k; ++c) {
+    uint32_t bits;
+    std::memcpy(&bits, &x[c], 4);
+    // Inf and NaN stay whole in hi (their remainders would be NaN).
+    const uint32_t finite = (bits & 0x7f800000u) == 0x7f800000u ? 0u : ~0u;
+    const uint32_t h = bits & 0xffff0000u;
+    float hf, r1, mf;
+    std::memcpy(&hf, &h, 4);
+    r1 = x[c] - hf;
+    uint32_t r1_bits;
+    std::memcpy(&r1_bits, &r1, 4);
+    const uint32_t m = r1_bits & 0xffff0000u & finite;
+    std::memcpy(&mf, &m, 4);
+    const float r2 = r1 - mf;
+    uint32_t l;
+    std::memcpy(&l, &r2, 4);
+    l &= finite;
+    hi[c] = static_cast<uint16_t>(h >> 16);
+    mid[c] = static_cast<uint16_t>(m >> 16);
+    lo[c] = static_cast<uint16_t>(l >> 16);
+  }
+  for (int64_t c = k; c < kp; ++c) hi[c] = mid[c] = lo[c] = 0;
+}
+
 const Kernels* ScalarKernels() {
   static const Kernels k{"scalar", &ScalarRange};
   return &k;
@@ -159,17 +190,20 @@ bool Available(Isa isa) {
       return matmul_internal::Avx2Kernels() != nullptr;
     case Isa::kAvx512:
       return matmul_internal::Avx512Kernels() != nullptr;
+    case Isa::kAmx:
+      return matmul_internal::AmxKernels() != nullptr;
   }
   return false;
 }
 
 Isa DefaultIsa() {
-  Isa best = Available(Isa::kAvx512) ? Isa::kAvx512
-             : Available(Isa::kAvx2) ? Isa::kAvx2
-                                     : Isa::kScalar;
+  Isa best = Available(Isa::kAmx)      ? Isa::kAmx
+             : Available(Isa::kAvx512) ? Isa::kAvx512
+             : Available(Isa::kAvx2)   ? Isa::kAvx2
+                                       : Isa::kScalar;
   if (const char* env = std::getenv("KIMI_ISA")) {
     const std::string_view v(env);
-    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
       if (v == IsaName(isa) && Available(isa)) return isa;
     }
   }
@@ -183,6 +217,8 @@ Isa& CurrentIsa() {
 
 const Kernels* KernelsFor(Isa isa) {
   switch (isa) {
+    case Isa::kAmx:
+      return matmul_internal::AmxKernels();
     case Isa::kAvx512:
       return matmul_internal::Avx512Kernels();
     case Isa::kAvx2:
@@ -227,10 +263,35 @@ void Record(std::span<const MatMulTarget> targets, int64_t m, bool nested, doubl
 
 // Whether w takes the bf16 dot product while it is on: bf16 weights, and MXFP4 ones (as their
 // exact bf16 dequantization). Lane-major packed weights (kLanes, kPairs) are packed so only where
-// the machine has no bf16 dot product (kernels/cpu/pack.h), and keep fp32.
+// the machine has no bf16 dot product (kernels/cpu/pack.h), and keep fp32; kTiles weights take
+// the tile kernels (Route).
 bool Bf16Path(bool bf16_mode, const Weight& w) {
   if (!bf16_mode || (w.packed && w.layout != PackLayout::kBlocks)) return false;
   return w.format == WeightFormat::kBF16 || w.format == WeightFormat::kMxfp4;
+}
+
+// Which kernel computes w and which form of x it reads.
+enum class XForm { kPermuted, kBf16, kBf16x3 };
+struct Route {
+  matmul_internal::RangeFn range;
+  XForm x;
+};
+Route RouteFor(const Kernels* kernels, bool bf16_mode, const Weight& w) {
+  const bool tiles = w.packed && w.layout == PackLayout::kTiles;
+  // Outside AMX (a test that switched the instruction set after packing): the scalar fallback.
+  if (tiles && !kernels->range_tiles) {
+    return {matmul_internal::ScalarKernels()->range, XForm::kPermuted};
+  }
+  // With AMX every bf16 weight of whole blocks takes the tile kernels, packed or not, so a result
+  // does not depend on whether its weight was packed (copied) or memory-mapped, nor on a shard's
+  // rows.
+  if (tiles ||
+      (kernels->range_tiles && !w.packed && w.format == WeightFormat::kBF16 && w.cols % 32 == 0)) {
+    return bf16_mode ? Route{kernels->range_tiles_bf16, XForm::kBf16}
+                     : Route{kernels->range_tiles, XForm::kBf16x3};
+  }
+  if (Bf16Path(bf16_mode, w)) return {kernels->range_bf16, XForm::kBf16};
+  return {kernels->range, XForm::kPermuted};
 }
 
 // Rows of W handed out together: a multiple of every tile height the kernels use.
@@ -265,6 +326,8 @@ const char* IsaName(Isa isa) {
       return "avx2";
     case Isa::kAvx512:
       return "avx512";
+    case Isa::kAmx:
+      return "amx";
   }
   return "?";
 }
@@ -312,9 +375,19 @@ void RunMatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_
   // Which targets take the bf16 dot product (opt-in, bf16 weights, machine support).
   const Kernels* kernels = KernelsFor(CurrentIsa());
   const bool bf16_mode = CurrentActivation() == ActivationDtype::kBf16 && kernels->range_bf16;
-  bool need_f32 = false, need_bf16 = false;
+  bool need_f32 = false, need_bf16 = false, need_split = false;
   for (const MatMulTarget& t : targets) {
-    (Bf16Path(bf16_mode, *t.w) ? need_bf16 : need_f32) = true;
+    switch (RouteFor(kernels, bf16_mode, *t.w).x) {
+      case XForm::kPermuted:
+        need_f32 = true;
+        break;
+      case XForm::kBf16:
+        need_bf16 = true;
+        break;
+      case XForm::kBf16x3:
+        need_split = true;
+        break;
+    }
   }
 
   // x in the canonical layout (fp32) and/or rounded to bf16 in natural order, in thread-local
@@ -340,23 +413,32 @@ void RunMatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_
   const uint64_t serial = ++calls;
   thread_local std::vector<float> xp_buffer;
   thread_local std::vector<uint16_t> xb_buffer;
+  thread_local std::vector<uint16_t> xt_buffer;
   thread_local uint64_t converted_serial = 0;  // the call whose x this thread's buffers hold
   const bool private_x = m * kp <= kMaxPrivateXFloats;
-  // Rows [begin, end) of x into xp / xb (the calling thread's buffers or the caller's).
-  const auto convert = [&](float* xp, uint16_t* xb, int64_t begin, int64_t end) {
+  // Rows [begin, end) of x into xp / xb / xt (the calling thread's buffers or the caller's).
+  const int64_t plane = m * kp;  // xt: three planes of [m, kp]
+  const auto convert = [&](float* xp, uint16_t* xb, uint16_t* xt, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       if (need_f32) matmul_internal::PermuteRow(xp + i * kp, x + i * ldx, k, kp);
       if (need_bf16) matmul_internal::RoundRowToBf16(xb + i * kp, x + i * ldx, k, kp);
+      if (need_split) {
+        matmul_internal::SplitRowToBf16x3(xt + i * kp, xt + plane + i * kp, xt + 2 * plane + i * kp,
+                                          x + i * ldx, k, kp);
+      }
     }
   };
   // The shared copy, when x is not private: the caller's buffers.
   float* shared_xp = nullptr;
   uint16_t* shared_xb = nullptr;
+  uint16_t* shared_xt = nullptr;
   if (!private_x) {
     shared_xp = need_f32 ? CacheLineAligned(xp_buffer, m * kp) : nullptr;
     shared_xb = need_bf16 ? CacheLineAligned(xb_buffer, m * kp) : nullptr;
-    ParallelFor(m, std::max<int64_t>(1, kMinPermuteFloats / kp),
-                [&](int64_t begin, int64_t end) { convert(shared_xp, shared_xb, begin, end); });
+    shared_xt = need_split ? CacheLineAligned(xt_buffer, 3 * plane) : nullptr;
+    ParallelFor(m, std::max<int64_t>(1, kMinPermuteFloats / kp), [&](int64_t begin, int64_t end) {
+      convert(shared_xp, shared_xb, shared_xt, begin, end);
+    });
   }
 
   // Units of kRowUnit rows over all targets, in order; each range is a contiguous run of units,
@@ -381,24 +463,28 @@ void RunMatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_
   const auto run_units = [&](int64_t begin, int64_t end) {
     const float* xp = shared_xp;
     const uint16_t* xb = shared_xb;
+    const uint16_t* xt = shared_xt;
     if (private_x) {
       float* own_xp = need_f32 ? CacheLineAligned(xp_buffer, m * kp) : nullptr;
       uint16_t* own_xb = need_bf16 ? CacheLineAligned(xb_buffer, m * kp) : nullptr;
+      uint16_t* own_xt = need_split ? CacheLineAligned(xt_buffer, 3 * plane) : nullptr;
       if (converted_serial != serial) {
-        convert(own_xp, own_xb, 0, m);
+        convert(own_xp, own_xb, own_xt, 0, m);
         converted_serial = serial;
       }
       xp = own_xp;
       xb = own_xb;
+      xt = own_xt;
     }
     for (size_t j = 0; j < targets.size(); ++j) {
       const int64_t lo = std::max(begin, first_unit[j]), hi = std::min(end, first_unit[j + 1]);
       if (lo >= hi) continue;
       const Weight& w = *targets[j].w;
-      const matmul_internal::Problem p{targets[j].y, targets[j].ldy, xp, kp, &w, m, xb, serial};
-      const bool bf16 = Bf16Path(bf16_mode, w);
-      (bf16 ? kernels->range_bf16 : kernels->range)(
-          p, (lo - first_unit[j]) * kRowUnit, std::min((hi - first_unit[j]) * kRowUnit, w.rows));
+      matmul_internal::Problem p{targets[j].y, targets[j].ldy, xp, kp, &w, m, xb, serial};
+      p.xt = xt;
+      RouteFor(kernels, bf16_mode, w)
+          .range(p, (lo - first_unit[j]) * kRowUnit,
+                 std::min((hi - first_unit[j]) * kRowUnit, w.rows));
     }
   };
   // Decode-sized x (up to kMaxShareRows rows): each thread streams its own contiguous share

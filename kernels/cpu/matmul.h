@@ -1,9 +1,10 @@
 // y = x W^T for a stored weight W [N, K] (bf16, fp16, fp32 or MXFP4) and fp32 activations.
 //
 // Every output element is one dot product summed in a fixed order that depends only on K, never on
-// how many rows x has, which tile or thread computes it, or which instruction set runs (AVX-512 and
-// AVX2 agree bit for bit; the order is written down in matmul_impl.h): a token's result is the
-// same alone or in any batch (the scheduler's batch invariance rests on this).
+// how many rows x has, which tile or thread computes it, or (AMX's tile weights aside, Isa below)
+// which instruction set runs (AVX-512 and AVX2 agree bit for bit; the order is written down in
+// matmul_impl.h): a token's result is the same alone or in any batch (the scheduler's batch
+// invariance rests on this).
 //
 // Weights are read in their stored format, converted in registers and accumulated in fp32. Rows of
 // x are processed in blocks that stay in cache while each weight tile is read once per block, so a
@@ -59,10 +60,17 @@ class ActivationScope {
 // True when this machine runs bf16 activations on the bf16 dot product.
 bool HasBf16DotProduct();
 
-// The instruction set MatMul uses: the best the machine has, or $KIMI_ISA (avx512, avx2, scalar)
-// when that is available. SetMatMulIsa is for tests and benchmarks (not thread-safe against
+// The instruction set MatMul uses: the best the machine has, or $KIMI_ISA (amx, avx512, avx2,
+// scalar) when that is available. SetMatMulIsa is for tests and benchmarks (not thread-safe against
 // running MatMuls); it returns false, changing nothing, when the machine lacks `isa`.
-enum class Isa { kScalar, kAvx2, kAvx512 };
+//
+// kAmx is AVX-512 plus Intel's tile unit (AMX-BF16) for bf16 weights packed as kTiles (pack.h):
+// those sum in AMX's order (matmul_amx.cc), fp32 activations through an exact three-term bf16
+// split, so their bits differ from the other instruction sets' (within fp32 rounding); every other
+// weight, and every other kernel, is AVX-512's.
+enum class Isa { kScalar, kAvx2, kAvx512, kAmx };
+// True for kAvx512 and kAmx (the AVX-512 kernels of the other ops).
+constexpr bool HasAvx512(Isa isa) { return isa == Isa::kAvx512 || isa == Isa::kAmx; }
 Isa MatMulIsa();
 bool SetMatMulIsa(Isa isa);
 const char* IsaName(Isa isa);

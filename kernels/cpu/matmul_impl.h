@@ -35,6 +35,9 @@ struct Problem {
   // Distinct for every MatMulMany call (0: unknown), so a kernel may keep a per-thread copy of x
   // in its own layout across the ranges of one call instead of converting it for each.
   uint64_t x_serial = 0;
+  // [3][m, kp]: fp32 activations split exactly into three bf16 terms (SplitRowToBf16x3), the
+  // planes hi, mid, lo one after another; for the AMX kernels' fp32 path.
+  const uint16_t* xt = nullptr;
 };
 
 // Computes y[i, n] for all i < m and n in [n0, n1).
@@ -52,9 +55,15 @@ struct Kernels {
   // ranges made of whole tiles need no narrower remainder tiles.
   int64_t tile_units_one = 1;
   int64_t tile_units_many = 1;
+  // bf16 weights packed as kTiles or unpacked with cols % 32 == 0 (AMX only; nullptr elsewhere,
+  // where kTiles weights take the scalar fallback): fp32 activations from p.xt, bf16 ones from
+  // p.xb. Their order is AMX's (matmul_amx.cc), not the canonical one; it too depends on K alone.
+  RangeFn range_tiles = nullptr;
+  RangeFn range_tiles_bf16 = nullptr;
 };
 
 // nullptr when the instruction set is missing (build or machine).
+const Kernels* AmxKernels();
 const Kernels* Avx512Kernels();
 const Kernels* Avx2Kernels();
 const Kernels* ScalarKernels();
@@ -98,6 +107,11 @@ constexpr int64_t SpreadAheadBytes(int64_t group_bytes, int64_t ahead_bytes) {
 void PermuteRow(float* xp, const float* x, int64_t k, int64_t kp);
 // xb[kp] = x[k] rounded to bf16 (F32ToBf16), zero-padded: the bf16 path's activations.
 void RoundRowToBf16(uint16_t* xb, const float* x, int64_t k, int64_t kp);
+// x[k] = hi + mid + lo, each a bf16 (zero-padded to kp): hi is x truncated to bf16, mid the
+// remainder truncated, lo what is left (at most eight significant bits: exact for |x| above about
+// 2^-110; below, bits under 2^-133 are lost). A non-finite x is all in hi.
+void SplitRowToBf16x3(uint16_t* hi, uint16_t* mid, uint16_t* lo, const float* x, int64_t k,
+                      int64_t kp);
 
 // 2^(s-127) for every E8M0 byte (255: NaN, 0: 2^-127).
 extern const float* const kE8m0;

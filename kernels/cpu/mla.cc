@@ -288,7 +288,7 @@ void AttendChunk(const ChunkArgs& a) {
   static const bool v4 = (__builtin_cpu_init(), __builtin_cpu_supports("x86-64-v4"));
   static const bool v3 = __builtin_cpu_supports("x86-64-v3");
   const Isa isa = MatMulIsa();
-  if (isa == Isa::kAvx512 && v4) return AttendChunkV4(a);
+  if (HasAvx512(isa) && v4) return AttendChunkV4(a);
   if (isa != Isa::kScalar && v3) return AttendChunkV3(a);
   AttendChunkBaseline(a);
 }

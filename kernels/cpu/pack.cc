@@ -8,11 +8,9 @@
 namespace kimi::cpu {
 namespace {
 
-constexpr int64_t G = kPackRows;
-
 // How a layout moves a row's data: `unit` bytes at a time, `block_units` units per 32 columns.
-// kBlocks moves a row's whole block (64 bytes of bf16, 16 of MXFP4 codes); kLanes one lane's pair
-// (4 bytes of bf16, 1 byte of codes).
+// kBlocks moves a row's whole block (64 bytes of bf16, 16 of MXFP4 codes); kLanes and kTiles one
+// lane's pair (4 bytes of bf16, 1 byte of codes).
 struct Units {
   int64_t unit, block_units;
 };
@@ -24,9 +22,11 @@ constexpr Units kScaleUnits{1, 1};  // one scale byte per block, in the block or
 
 // Where unit u of row j of a group goes, for `per_row` units per row.
 int64_t PackedUnit(PackLayout layout, int64_t j, int64_t u, int64_t per_row, int64_t block_units) {
+  const int64_t G = PackGroupRows(layout);
   const int64_t nb = per_row / block_units, b = u / block_units, i = u % block_units;
   if (layout == PackLayout::kBlocks) return (b * G + j) * block_units + i;
-  return (i * nb + b) * G + j;  // i is the lane J
+  if (layout == PackLayout::kTiles) return (b * block_units + i) * G + j;  // i is the lane J
+  return (i * nb + b) * G + j;
 }
 
 // Reorders every group of G rows of `rows` rows, `per_row` units of kUnit bytes each, between the
@@ -34,6 +34,7 @@ int64_t PackedUnit(PackLayout layout, int64_t j, int64_t u, int64_t per_row, int
 template <int64_t kUnit>
 void ReorderUnits(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t per_row,
                   int64_t block_units, PackLayout layout, bool pack) {
+  const int64_t G = PackGroupRows(layout);
   const int64_t group_bytes = G * per_row * kUnit;
   for (int64_t g = 0; g < rows / G; ++g) {
     const uint8_t* in = src + g * group_bytes;
@@ -68,6 +69,7 @@ void Reorder(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t bytes, Unit
 // kPairs (MXFP4 codes): moves every nibble of `rows` rows of `cols` columns between the row-major
 // order and PairsCodeByte's; packing when `pack`, else the inverse.
 void ReorderPairs(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t cols, bool pack) {
+  constexpr int64_t G = kPackRows;
   const int64_t group_bytes = G * cols / 2;
   std::memset(dst, 0, rows / G * group_bytes);
   for (int64_t g = 0; g < rows / G; ++g) {
@@ -96,22 +98,32 @@ void ReorderData(const Weight& w, const uint8_t* src, uint8_t* dst, int64_t rows
 }  // namespace
 
 PackLayout PreferredPackLayout(WeightFormat format) {
-  if (MatMulIsa() != Isa::kAvx2) return PackLayout::kBlocks;
-  return format == WeightFormat::kMxfp4 ? PackLayout::kPairs : PackLayout::kLanes;
+  switch (MatMulIsa()) {
+    case Isa::kAmx:
+      return format == WeightFormat::kBF16 ? PackLayout::kTiles : PackLayout::kBlocks;
+    case Isa::kAvx2:
+      return format == WeightFormat::kMxfp4 ? PackLayout::kPairs : PackLayout::kLanes;
+    default:
+      return PackLayout::kBlocks;
+  }
 }
 
 bool LayoutFits(PackLayout layout, WeightFormat format) {
-  return layout != PackLayout::kPairs || format == WeightFormat::kMxfp4;
+  if (layout == PackLayout::kPairs) return format == WeightFormat::kMxfp4;
+  if (layout == PackLayout::kTiles) return format == WeightFormat::kBF16;
+  return true;
 }
 
-bool CanPack(const Weight& w) {
+bool CanPack(const Weight& w, PackLayout layout) {
   return (w.format == WeightFormat::kBF16 || w.format == WeightFormat::kMxfp4) && !w.packed &&
-         w.rows > 0 && w.rows % kPackRows == 0 && w.cols % 32 == 0;
+         w.rows > 0 && w.rows % PackGroupRows(layout) == 0 && w.cols % 32 == 0 &&
+         LayoutFits(layout, w.format);
 }
 
 void PackInPlace(Weight* w, PackLayout layout) {
-  if (!CanPack(*w) || !LayoutFits(layout, w->format)) return;
+  if (!CanPack(*w, layout)) return;
   auto* data = const_cast<uint8_t*>(static_cast<const uint8_t*>(w->data));
+  const int64_t G = PackGroupRows(layout);
   const int64_t row_bytes = w->DataBytes() / w->rows;
   std::vector<uint8_t> group(G * row_bytes);
   for (int64_t g = 0; g < w->rows / G; ++g) {  // a group at a time: a small scratch copy

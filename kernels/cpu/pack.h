@@ -1,8 +1,8 @@
-// Weight packing: each group of kPackRows rows reordered so that a kernel reads one linear stream
-// per group (the hardware prefetcher's favourite pattern) instead of kPackRows short ones. Three
-// layouts (kimi::PackLayout, kernels/weight.h) of a [rows, cols] matrix, rows % kPackRows == 0,
-// cols % 32 == 0 (G = kPackRows, nb = cols / 32 blocks of 32 columns; canonical lane J = 0..15 of a
-// block holds its columns 2J, 2J + 1, matmul_impl.h):
+// Weight packing: each group of kPackRows rows (kTileRows for kTiles) reordered so that a kernel
+// reads one linear stream per group (the hardware prefetcher's favourite pattern) instead of
+// kPackRows short ones. Three layouts (kimi::PackLayout, kernels/weight.h) of a [rows, cols]
+// matrix, rows % kPackRows == 0, cols % 32 == 0 (G = kPackRows, nb = cols / 32 blocks of 32
+// columns; canonical lane J = 0..15 of a block holds its columns 2J, 2J + 1, matmul_impl.h):
 //
 // kBlocks, for dot products (AVX-512): block after block, the G rows' 32 elements each.
 //   bf16:  element (g*G + j, 32b + i) at  g*G*cols + (b*G + j)*32 + i                (uint16 units)
@@ -14,6 +14,9 @@
 // kPairs, MXFP4 only, for AVX2's byte-shuffle decode: block after block, G/2 runs of 32 bytes; run
 //   p holds rows 2p (low nibbles) and 2p + 1 (high nibbles), each row's 32 codes in the order the
 //   decode's in-lane unpacks produce canonical lanes (PairsCodeByte below).
+// kTiles, bf16 only, groups of G = kTileRows (16) rows, for AMX (matmul_amx.cc): block after block,
+//   the block transposed by pairs, one 1 KiB tile: lane after lane, the G rows' pair of that lane.
+//   bf16:  element (g*G + j, 32b + 2J + q) at  g*G*cols + ((b*16 + J)*G + j)*2 + q   (uint16 units)
 // All: MXFP4 scale of (g*G + j, block b) at   g*G*nb + b*G + j                      (1 byte)
 //
 // A group fills exactly the bytes of its G rows in row-major order. Packing changes no value and no
@@ -37,13 +40,16 @@ constexpr int64_t PairsCodeByte(int64_t j, int64_t b, int64_t i) {
 }
 
 // The layout this machine's MatMul kernels read fastest for `format`. On AVX2 machines: kLanes for
-// bf16, kPairs for MXFP4. On AVX-512 ones (their dot products) and scalar ones: kBlocks. Every
-// kernel reads every layout.
+// bf16, kPairs for MXFP4. On AVX-512 ones (their dot products) and scalar ones: kBlocks. With AMX:
+// kTiles for bf16, kBlocks for MXFP4. Every instruction set reads every layout (kTiles outside AMX
+// through the scalar fallback: only tests switch the instruction set after packing).
 PackLayout PreferredPackLayout(WeightFormat format);
 
-// True when `w` can be packed: bf16 or MXFP4, unpacked, rows % kPackRows == 0, cols % 32 == 0.
-bool CanPack(const Weight& w);
-// True when `layout` applies to `format` (kPairs: MXFP4 only).
+// True when `w` can be packed as `layout`: bf16 or MXFP4 as LayoutFits says, unpacked,
+// rows % PackGroupRows(layout) == 0, cols % 32 == 0.
+bool CanPack(const Weight& w, PackLayout layout);
+inline bool CanPack(const Weight& w) { return CanPack(w, PreferredPackLayout(w.format)); }
+// True when `layout` applies to `format` (kPairs: MXFP4 only; kTiles: bf16 only).
 bool LayoutFits(PackLayout layout, WeightFormat format);
 
 // Reorders w's bytes in place (data, and scales for MXFP4; both must be writable and be the

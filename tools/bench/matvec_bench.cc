@@ -47,6 +47,8 @@ const char* LayoutName(PackLayout l) {
       return "lanes";
     case PackLayout::kPairs:
       return "pairs";
+    case PackLayout::kTiles:
+      return "tiles";
   }
   return "?";
 }

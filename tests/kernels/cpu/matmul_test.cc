@@ -115,6 +115,19 @@ Stored Bf16Copy(const Weight& w) {
   return s;
 }
 
+// Runs a test body on the AVX-512 kernels (those that pin down their own bits; AMX sums bf16
+// weights in another order, matmul_amx_test.cc), restoring the instruction set after.
+class Avx512Only {
+ public:
+  Avx512Only() : saved_(MatMulIsa()), ok_(SetMatMulIsa(Isa::kAvx512)) {}
+  ~Avx512Only() { SetMatMulIsa(saved_); }
+  bool ok() const { return ok_; }
+
+ private:
+  Isa saved_;
+  bool ok_;
+};
+
 class MatMulTest : public ::testing::TestWithParam<WeightFormat> {};
 
 TEST_P(MatMulTest, MatchesDoubleReference) {
@@ -287,10 +300,12 @@ TEST_P(MatMulTest, PackedEqualsUnpackedBitwise) {
 // Packing is undone exactly (what the CUDA loader uploads), for every layout and for views.
 TEST(Pack, CopyRowMajorUndoesEveryLayout) {
   for (const WeightFormat f : {WeightFormat::kBF16, WeightFormat::kMxfp4}) {
-    for (const PackLayout layout : {PackLayout::kBlocks, PackLayout::kLanes, PackLayout::kPairs}) {
+    for (const PackLayout layout :
+         {PackLayout::kBlocks, PackLayout::kLanes, PackLayout::kPairs, PackLayout::kTiles}) {
       if (!LayoutFits(layout, f)) continue;
-      const Stored s = MakeWeight(f, 3 * kPackRows, 96, 7);
-      Stored p = MakeWeight(f, 3 * kPackRows, 96, 7);
+      const int64_t group = PackGroupRows(layout);
+      const Stored s = MakeWeight(f, 3 * group, 96, 7);
+      Stored p = MakeWeight(f, 3 * group, 96, 7);
       PackInPlace(&p.w, layout);
       ASSERT_TRUE(p.w.packed);
       const int64_t data_bytes =
@@ -305,7 +320,7 @@ TEST(Pack, CopyRowMajorUndoesEveryLayout) {
       if (scale_bytes) {
         EXPECT_TRUE(std::equal(scales.begin(), scales.end(), s.w.scales));
       }
-      const Weight view = p.w.Rows(kPackRows, kPackRows);
+      const Weight view = p.w.Rows(group, group);
       std::vector<uint8_t> vdata(data_bytes / 3), vscales(scale_bytes / 3);
       CopyRowMajor(view, vdata.data(), vscales.data());
       EXPECT_TRUE(std::equal(vdata.begin(), vdata.end(), original + data_bytes / 3));
@@ -317,7 +332,8 @@ TEST(Pack, CopyRowMajorUndoesEveryLayout) {
 // only the fp32 accumulation rounds), and bit for bit the same alone, batched, packed or not, on
 // any thread count.
 TEST(MatMul, Bf16ActivationsAreAccurateAndBatchInvariant) {
-  if (!HasBf16DotProduct()) GTEST_SKIP() << "no AVX-512 BF16 on this machine";
+  const Avx512Only avx512;
+  if (!avx512.ok() || !HasBf16DotProduct()) GTEST_SKIP() << "no AVX-512 BF16 on this machine";
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 24, 64},
                          {7, 40, 100},
                          {70, 16, 1024},
@@ -337,7 +353,7 @@ TEST(MatMul, Bf16ActivationsAreAccurateAndBatchInvariant) {
                          {1, 488, 2080}}) {
     const Stored s = MakeWeight(WeightFormat::kBF16, n, k, 51);
     Stored p = MakeWeight(WeightFormat::kBF16, n, k, 51);
-    PackInPlace(&p.w);
+    PackInPlace(&p.w, PackLayout::kBlocks);
     const std::vector<float> x = testing::RandomVector(m * k, 52);
     std::vector<float> y(m * n), py(m * n), row(n);
     {
@@ -414,7 +430,8 @@ TEST(MatMul, Bf16ActivationRoundingIsF32ToBf16) {
 // leaving one / two / three), more than 16 rows (decoded once per group), and an unpacked weight
 // whose last group is partial (33 rows).
 TEST(MatMul, Mxfp4OnBf16PathIsItsBf16Dequantization) {
-  if (!HasBf16DotProduct()) GTEST_SKIP() << "no AVX-512 BF16 on this machine";
+  const Avx512Only avx512;
+  if (!avx512.ok() || !HasBf16DotProduct()) GTEST_SKIP() << "no AVX-512 BF16 on this machine";
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 24, 64},
                          {2, 8, 32},
                          {3, 24, 128},

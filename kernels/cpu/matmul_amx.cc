@@ -1,0 +1,273 @@
+// MatMul kernels for AMX (Intel's tile matrix unit, BF16): bf16 weights of whole 32-column blocks,
+// packed as kTiles (kernels/cpu/pack.h) or unpacked (transposed into tiles on the fly, the same
+// bits); every other weight through the AVX-512 kernels.
+//
+// One TDPBF16PS multiplies a tile of up to 16 x rows by 32 columns (bf16, natural order) with a
+// kTiles block of 16 weight rows (the block transposed by column pairs, as the instruction wants
+// its second operand) and adds to a 16 x 16 fp32 tile: about 8x the products per cycle of the
+// AVX-512 BF16 dot product, at the same cost whether the x tile holds 1 row or 16 (measured on the
+// Xeon host: 4.3 ns an instruction at 1, 4, 8 or 16 rows; one accumulator chain runs at full rate).
+//
+// Summation order (the AMX order; results depend on K alone, as everywhere, but differ from the
+// canonical order of matmul_impl.h): each output is one fp32 accumulator that takes the 32-column
+// blocks in turn, each block as one TDPBF16PS. Activations:
+//   - bf16 (ActivationScope(kBf16)): x rounded to bf16 (nearest even), one instruction per block;
+//   - fp32 (the default): x split exactly into three bf16 terms, x = hi + mid + lo (each the top
+//     eight significant bits of what the terms before it left), and the block takes hi, mid, lo in
+//     turn: every product of a bf16 weight with a term is exact in fp32, so the result is an fp32
+//     dot product of the unrounded x, summed in this order (the "bf16x3" split of oneDNN and
+//     cuBLAS; tests hold it to the fp32 tolerance). The unit treats bf16 subnormals as zero: a
+//     term below 2^-126 (x below about 2^-110) is dropped.
+// A row's result never depends on the other rows of its x tile, so m and the thread split change
+// no bit.
+// GCC 12 reports its own _mm512_undefined_* helpers as uninitialised (a known false positive).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/matmul_impl.h"
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+namespace kimi::cpu::matmul_internal {
+namespace {
+
+// Linux lends AMX's 8 KiB of tile data only to processes that ask (arch_prctl); without it the
+// first tile instruction faults.
+constexpr int kArchReqXcompPerm = 0x1023;
+constexpr int kXfeatureXtiledata = 18;
+
+bool MachineHasAmx() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_max(0, nullptr) < 7) return false;
+  __cpuid_count(7, 0, a, b, c, d);
+  const bool amx_bf16 = (d >> 22) & 1, amx_tile = (d >> 24) & 1;
+  if (!amx_bf16 || !amx_tile) return false;
+  __cpuid_count(1, 0, a, b, c, d);
+  if (!((c >> 27) & 1)) return false;  // OSXSAVE: xgetbv may be used
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if (((lo >> 17) & 3) != 3) return false;  // XTILECFG and XTILEDATA enabled by the OS
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512bf16") &&
+         syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+// LDTILECFG's 64-byte operand (palette 1).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+}  // namespace
+}  // namespace kimi::cpu::matmul_internal
+
+#pragma GCC push_options
+#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,bmi,bmi2")
+
+namespace kimi::cpu::matmul_internal {
+namespace {
+
+// GCC 12's _tile_loadconfig tells the compiler it reads 8 bytes of the configuration (the rest
+// of the stores to it may be dropped: LDTILECFG then faults), and its _tile_loadd / _tile_stored
+// that they touch no memory. These say what the instructions read and write.
+#define KIMI_TILE_CONFIG(cfg) __asm__ volatile("ldtilecfg %0" ::"m"(*(cfg)) : "memory")
+#define KIMI_TILE_LOAD(t, src, stride) \
+  __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(src), "r"(int64_t{stride}) : "memory")
+#define KIMI_TILE_STORE(t, dst, stride)                                                           \
+  __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(dst), "r"(int64_t{stride}) : "memor" \
+                                                                                          "y")
+
+// Tiles: accumulators 0, 1 (x rows i0.., weight groups g, g + 1) and 2, 3 (x rows i0 + 16..);
+// x tiles 4 (rows i0..) and 5 (i0 + 16..); weight tiles 6 (group g) and 7 (g + 1).
+void Configure(int rows0, int rows1) {
+  TileConfig cfg;
+  for (int t : {0, 1, 4}) cfg.rows[t] = static_cast<uint8_t>(rows0);
+  for (int t : {2, 3, 5}) cfg.rows[t] = static_cast<uint8_t>(rows1);
+  for (int t : {6, 7}) cfg.rows[t] = 16;
+  for (int t = 0; t < 8; ++t) cfg.colsb[t] = cfg.rows[t] ? 64 : 0;
+  KIMI_TILE_CONFIG(&cfg);
+}
+
+// Accumulator tile t (0..3) to dst, `stride` bytes between rows (the tile intrinsics take their
+// tile number as a literal).
+inline void StoreAccumulator(int t, float* dst, int64_t stride) {
+  switch (t) {
+    case 0:
+      KIMI_TILE_STORE(0, dst, stride);
+      return;
+    case 1:
+      KIMI_TILE_STORE(1, dst, stride);
+      return;
+    case 2:
+      KIMI_TILE_STORE(2, dst, stride);
+      return;
+    default:
+      KIMI_TILE_STORE(3, dst, stride);
+      return;
+  }
+}
+
+// Rows [0, rows) of accumulator tile t, columns [c0, c1) of its 16 (weight rows g * 16 + c), into
+// y: straight from the tile when all 16 are wanted, else through a scratch copy.
+inline void StoreTile(int t, float* y, int64_t ldy, int64_t g, int64_t rows, int64_t c0,
+                      int64_t c1) {
+  float* out = y + g * kTileRows;
+  if (c0 == 0 && c1 == kTileRows) {
+    StoreAccumulator(t, out, ldy * 4);
+    return;
+  }
+  alignas(64) float tile[16 * 16];
+  StoreAccumulator(t, tile, 64);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(out + r * ldy + c0, tile + r * 16 + c0, (c1 - c0) * sizeof(float));
+  }
+}
+
+// Transposes 16 rows of 16 dwords in place (v[i] lane j <- v[j] lane i).
+inline void Transpose16(__m512i (&v)[16]) {
+  __m512i a[16], b[16];
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+  }
+  // b[4i + c], 128-bit lane L: column 4L + c of rows 4i..4i+3.
+  for (int i = 0; i < 4; ++i) {
+    b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+    b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512i p = _mm512_shuffle_i32x4(b[c], b[4 + c], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i q = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i r = _mm512_shuffle_i32x4(b[c], b[4 + c], _MM_SHUFFLE(3, 2, 3, 2));
+    const __m512i s = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], _MM_SHUFFLE(3, 2, 3, 2));
+    v[c] = _mm512_shuffle_i32x4(p, q, _MM_SHUFFLE(2, 0, 2, 0));
+    v[4 + c] = _mm512_shuffle_i32x4(p, q, _MM_SHUFFLE(3, 1, 3, 1));
+    v[8 + c] = _mm512_shuffle_i32x4(r, s, _MM_SHUFFLE(2, 0, 2, 0));
+    v[12 + c] = _mm512_shuffle_i32x4(r, s, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+}
+
+// Block b of rows [r0, r0 + 16) of a row-major bf16 weight as a kTiles tile (rows past `rows`
+// zero): what a packed weight holds there.
+inline void TileOfRowMajor(const uint16_t* w, int64_t cols, int64_t rows, int64_t r0, int64_t b,
+                           uint16_t* tile) {
+  __m512i v[16];
+  for (int j = 0; j < 16; ++j) {
+    v[j] =
+        r0 + j < rows ? _mm512_loadu_si512(w + (r0 + j) * cols + b * 32) : _mm512_setzero_si512();
+  }
+  Transpose16(v);
+  for (int j = 0; j < 16; ++j) _mm512_store_si512(tile + j * 32, v[j]);
+}
+
+// y[i, n] for every i < m and n in [n0, n1) (multiples of 8, or n1 = rows), kTerms bf16 planes of
+// x (1: p.xb, 3: p.xt's hi, mid, lo). Groups straddling n0 or n1 are computed whole and stored in
+// part. An unpacked weight's tiles are transposed from its rows as they are needed (kPacked false:
+// a memory-mapped checkpoint, or a view that is not whole groups), so its results are the packed
+// weight's, bit for bit.
+template <int kTerms, bool kPacked>
+void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
+  const Weight& w = *p.w;
+  const auto* data = static_cast<const uint16_t*>(w.data);
+  const int64_t kp = p.kp, nb = kp / 32, group = kTileRows * kp;  // uint16 units per group
+  alignas(64) uint16_t transposed[2][512];
+  const uint16_t* x = kTerms == 1 ? p.xb : p.xt;
+  const int64_t plane = p.m * kp, x_stride = kp * 2;
+  const int64_t g0 = n0 / kTileRows, g1 = (n1 + kTileRows - 1) / kTileRows;
+  int configured = -1;
+  for (int64_t i0 = 0; i0 < p.m; i0 += 32) {
+    const int rows0 = static_cast<int>(p.m - i0 < 16 ? p.m - i0 : 16);
+    const int rows1 = static_cast<int>(p.m - i0 - 16 <= 0   ? 0
+                                       : p.m - i0 - 16 < 16 ? p.m - i0 - 16
+                                                            : 16);
+    if (configured != rows0 * 32 + rows1) {
+      Configure(rows0, rows1);
+      configured = rows0 * 32 + rows1;
+    }
+    const uint16_t* x0 = x + i0 * kp;
+    const uint16_t* x1 = x0 + 16 * kp;
+    float* y0 = p.y + i0 * p.ldy;
+    float* y1 = y0 + 16 * p.ldy;
+    for (int64_t g = g0; g < g1; g += 2) {
+      const bool two = g + 1 < g1;
+      _tile_zero(0);
+      _tile_zero(1);
+      if (rows1) {  // an unconfigured tile may not be named at all
+        _tile_zero(2);
+        _tile_zero(3);
+      }
+      const uint16_t* b0 = data + g * group;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint16_t* tile0 = b0 + b * 512;
+        const uint16_t* tile1 = tile0 + group;
+        if (!kPacked) {
+          TileOfRowMajor(data, w.cols, w.rows, g * kTileRows, b, transposed[0]);
+          if (two) TileOfRowMajor(data, w.cols, w.rows, (g + 1) * kTileRows, b, transposed[1]);
+          tile0 = transposed[0];
+          tile1 = transposed[1];
+        }
+        KIMI_TILE_LOAD(6, tile0, 64);
+        if (two) KIMI_TILE_LOAD(7, tile1, 64);
+        for (int t = 0; t < kTerms; ++t) {
+          KIMI_TILE_LOAD(4, x0 + t * plane + b * 32, x_stride);
+          _tile_dpbf16ps(0, 4, 6);
+          if (two) _tile_dpbf16ps(1, 4, 7);
+          if (rows1) {
+            KIMI_TILE_LOAD(5, x1 + t * plane + b * 32, x_stride);
+            _tile_dpbf16ps(2, 5, 6);
+            if (two) _tile_dpbf16ps(3, 5, 7);
+          }
+        }
+      }
+      for (int64_t h = 0; h < (two ? 2 : 1); ++h) {
+        const int64_t first = (g + h) * kTileRows;
+        const int64_t c0 = n0 > first ? n0 - first : 0;
+        const int64_t c1 = n1 < first + kTileRows ? n1 - first : kTileRows;
+        StoreTile(static_cast<int>(h), y0, p.ldy, g + h, rows0, c0, c1);
+        if (rows1) StoreTile(static_cast<int>(2 + h), y1, p.ldy, g + h, rows1, c0, c1);
+      }
+    }
+  }
+  // Back to the initial state, so a context switch need not save the 8 KiB of tile data.
+  _tile_release();
+}
+
+void TilesRangeF32(const Problem& p, int64_t n0, int64_t n1) {
+  p.w->packed ? TilesRange<3, true>(p, n0, n1) : TilesRange<3, false>(p, n0, n1);
+}
+void TilesRangeBf16(const Problem& p, int64_t n0, int64_t n1) {
+  p.w->packed ? TilesRange<1, true>(p, n0, n1) : TilesRange<1, false>(p, n0, n1);
+}
+
+}  // namespace
+}  // namespace kimi::cpu::matmul_internal
+
+#pragma GCC pop_options
+
+namespace kimi::cpu::matmul_internal {
+
+const Kernels* AmxKernels() {
+  static const Kernels* const kernels = []() -> const Kernels* {
+    const Kernels* avx512 = Avx512Kernels();
+    if (!avx512 || !avx512->range_bf16 || !MachineHasAmx()) return nullptr;
+    static Kernels k = *avx512;
+    k.name = "amx";
+    k.range_tiles = &TilesRangeF32;
+    k.range_tiles_bf16 = &TilesRangeBf16;
+    // Two units (16 rows, one weight group) per tile: ranges of whole groups.
+    k.tile_units_one = k.tile_units_many = 2;
+    return &k;
+  }();
+  return kernels;
+}
+
+}  // namespace kimi::cpu::matmul_internal

@@ -1,0 +1,297 @@
+// The AMX kernels (kernels/cpu/matmul_amx.cc) on kTiles-packed bf16 weights: against float64
+// references, bit for bit the same alone, batched, split over threads or cut mid-group, and the
+// exact three-term split of fp32 activations they rest on. Skipped (with the reason) on machines
+// without AMX-BF16; the layout and the split are checked everywhere.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_impl.h"
+#include "kernels/cpu/pack.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/dtype.h"
+#include "tests/kernels/cpu/test_util.h"
+
+namespace kimi::cpu {
+namespace {
+
+struct Bf16Matrix {
+  std::vector<uint16_t> data;
+  std::vector<double> dense;  // the stored values, for the reference
+  Weight w;
+};
+
+Bf16Matrix MakeBf16(int64_t n, int64_t k, uint32_t seed) {
+  Bf16Matrix s;
+  const std::vector<float> v = testing::RandomVector(n * k, seed);
+  s.data.resize(n * k);
+  s.dense.resize(n * k);
+  for (int64_t i = 0; i < n * k; ++i) {
+    s.data[i] = F32ToBf16(v[i]);
+    s.dense[i] = Bf16ToF32(s.data[i]);
+  }
+  s.w.data = s.data.data();
+  s.w.format = WeightFormat::kBF16;
+  s.w.rows = n;
+  s.w.cols = k;
+  return s;
+}
+
+// Switches to AMX for the test's lifetime; false (and nothing changed) without it.
+class AmxIsa {
+ public:
+  AmxIsa() : saved_(MatMulIsa()), ok_(SetMatMulIsa(Isa::kAmx)) {}
+  ~AmxIsa() {
+    SetMatMulIsa(saved_);
+    ThreadPool::Global().SetActiveThreads(0);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  Isa saved_;
+  bool ok_;
+};
+
+double Bits(float f) { return static_cast<double>(f); }
+
+// x = hi + mid + lo exactly for finite x above 2^-100 (each term a bf16), whole in hi when not
+// finite; zero padding.
+TEST(AmxSplit, ThreeBf16TermsAreExact) {
+  std::vector<float> x = testing::RandomVector(1000, 3, -1e4f, 1e4f);
+  for (float& v : testing::RandomVector(200, 4, -1e-30f, 1e-30f)) x.push_back(v);
+  for (float v : {0.0f, -0.0f, 1.0f, 3.0f + 1.0f / 4096, 0.1f, std::numeric_limits<float>::max(),
+                  std::numeric_limits<float>::min(), 1e-38f, 1e-44f}) {
+    x.push_back(v);
+    x.push_back(-v);
+  }
+  x.push_back(std::numeric_limits<float>::infinity());
+  x.push_back(-std::numeric_limits<float>::infinity());
+  x.push_back(std::numeric_limits<float>::quiet_NaN());
+  const int64_t k = static_cast<int64_t>(x.size()), kp = (k + 31) / 32 * 32;
+  std::vector<uint16_t> hi(kp, 1), mid(kp, 1), lo(kp, 1);
+  matmul_internal::SplitRowToBf16x3(hi.data(), mid.data(), lo.data(), x.data(), k, kp);
+  for (int64_t c = 0; c < k; ++c) {
+    const double h = Bf16ToF32(hi[c]), m = Bf16ToF32(mid[c]), l = Bf16ToF32(lo[c]);
+    if (!std::isfinite(x[c])) {
+      EXPECT_TRUE(std::isnan(x[c]) ? std::isnan(h) : h == x[c]) << c;
+      EXPECT_EQ(mid[c], 0);
+      EXPECT_EQ(lo[c], 0);
+      continue;
+    }
+    if (std::fabs(x[c]) < std::ldexp(1.0, -100)) {
+      // Near the subnormals a remainder loses its bits below bf16's smallest step (2^-133); the
+      // unit treats bf16 subnormals as zero in any case (matmul_amx.cc).
+      EXPECT_LE(std::fabs(h + m + l - x[c]), std::ldexp(1.0, -126)) << "x = " << x[c];
+      continue;
+    }
+    EXPECT_EQ(h + m + l, Bits(x[c])) << "x = " << x[c];
+    EXPECT_LE(std::fabs(m), std::fabs(x[c]) / 128) << x[c];  // each term the next eight bits
+    EXPECT_LE(std::fabs(l), std::fabs(m) / 128) << x[c];
+  }
+  for (int64_t c = k; c < kp; ++c) {
+    EXPECT_EQ(hi[c] | mid[c] | lo[c], 0);
+  }
+}
+
+// The shapes reach every part of the tile loop: 1..16 x rows (one x tile of fewer rows), 17..32
+// (two), 33 and 70 (several pairs and a short last one); an odd number of weight groups (a lone
+// last group); one block of columns and many.
+const std::vector<std::tuple<int64_t, int64_t, int64_t>> kShapes = {
+    {1, 16, 32},   {1, 48, 2048}, {3, 32, 96},    {16, 16, 64},   {17, 80, 128},
+    {31, 32, 320}, {32, 48, 64},  {33, 16, 1024}, {70, 112, 256}, {5, 64, 4096}};
+
+// fp32 activations: the split makes every product exact, so the error is the fp32 accumulation's
+// alone, held to the same bound as every other instruction set (matmul_test.cc: 4 k eps times the
+// largest term).
+TEST(AmxTiles, Fp32ActivationsMatchDoubleReference) {
+  AmxIsa amx;
+  if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
+  for (auto [m, n, k] : kShapes) {
+    Bf16Matrix s = MakeBf16(n, k, 41);
+    PackInPlace(&s.w);
+    ASSERT_EQ(s.w.layout, PackLayout::kTiles);
+    const std::vector<float> x = testing::RandomVector(m * k, 42);
+    std::vector<float> y(m * n);
+    MatMul(y.data(), x.data(), s.w, m);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double ref = 0.0, scale = 0.0;
+        for (int64_t c = 0; c < k; ++c) {
+          ref += static_cast<double>(x[i * k + c]) * s.dense[j * k + c];
+          scale = std::max(scale, std::fabs(x[i * k + c] * s.dense[j * k + c]));
+        }
+        ASSERT_NEAR(y[i * n + j], ref, 4.0 * k * 1.2e-7 * scale) << m << "x" << n << "x" << k;
+      }
+    }
+  }
+}
+
+// bf16 activations: against float64 on the bf16-rounded x (exact products, fp32 accumulation).
+TEST(AmxTiles, Bf16ActivationsMatchDoubleReference) {
+  AmxIsa amx;
+  if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
+  for (auto [m, n, k] : kShapes) {
+    Bf16Matrix s = MakeBf16(n, k, 43);
+    PackInPlace(&s.w);
+    const std::vector<float> x = testing::RandomVector(m * k, 44);
+    std::vector<float> y(m * n);
+    {
+      ActivationScope bf16(ActivationDtype::kBf16);
+      MatMul(y.data(), x.data(), s.w, m);
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double ref = 0.0, scale = 0.0;
+        for (int64_t c = 0; c < k; ++c) {
+          const double xb = Bf16ToF32(F32ToBf16(x[i * k + c]));
+          ref += xb * s.dense[j * k + c];
+          scale = std::max(scale, std::fabs(xb * s.dense[j * k + c]));
+        }
+        ASSERT_NEAR(y[i * n + j], ref, 4.0 * k * 1.2e-7 * scale) << m << "x" << n << "x" << k;
+      }
+    }
+  }
+}
+
+// A row's bits do not depend on the batch, the thread count, or where a range cuts the weight
+// (MatMulMany behind an 8-row weight makes the ranges of the packed one start mid-group).
+TEST(AmxTiles, BatchThreadsAndRangesChangeNoBit) {
+  AmxIsa amx;
+  if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
+  for (const bool bf16 : {false, true}) {
+    ActivationScope scope(bf16 ? ActivationDtype::kBf16 : ActivationDtype::kF32);
+    for (auto [m, n, k] : kShapes) {
+      Bf16Matrix s = MakeBf16(n, k, 45);
+      PackInPlace(&s.w);
+      Bf16Matrix head = MakeBf16(8, k, 46);  // 8 rows: left unpacked (AVX-512's kernels)
+      PackInPlace(&head.w);
+      ASSERT_FALSE(head.w.packed);
+      const std::vector<float> x = testing::RandomVector(m * k, 47);
+      std::vector<float> first;
+      for (int threads : {1, 2, 3}) {
+        ThreadPool::Global().SetActiveThreads(threads);
+        std::vector<float> y(m * n), yh(m * 8), row(n);
+        MatMul(y.data(), x.data(), s.w, m);
+        if (first.empty()) first = y;
+        ASSERT_EQ(y, first) << "threads " << threads << " " << m << "x" << n << "x" << k;
+        for (int64_t i = 0; i < m; i += 5) {
+          MatMul(row.data(), x.data() + i * k, s.w, 1);
+          for (int64_t j = 0; j < n; ++j) ASSERT_EQ(row[j], first[i * n + j]) << i << "," << j;
+        }
+        std::fill(y.begin(), y.end(), 0.0f);
+        const MatMulTarget targets[] = {{yh.data(), 8, &head.w}, {y.data(), n, &s.w}};
+        MatMulMany(targets, x.data(), k, m);
+        ASSERT_EQ(y, first) << "behind an 8-row weight, threads " << threads;
+        // A view of whole groups gives its columns of the whole.
+        if (n < 2 * kTileRows) continue;
+        const Weight view = s.w.Rows(kTileRows, kTileRows);
+        std::vector<float> v(m * kTileRows);
+        MatMul(v.data(), x.data(), view, m);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < kTileRows; ++j) {
+            ASSERT_EQ(v[i * kTileRows + j], first[i * n + kTileRows + j]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// An unpacked bf16 weight (a memory-mapped checkpoint, a shard's view of rows) takes the tile
+// kernels too, its tiles transposed on the fly: the packed weight's bits, and any row count.
+TEST(AmxTiles, UnpackedEqualsPackedBitwise) {
+  AmxIsa amx;
+  if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
+  for (const bool bf16 : {false, true}) {
+    ActivationScope scope(bf16 ? ActivationDtype::kBf16 : ActivationDtype::kF32);
+    for (auto [m, n, k] : kShapes) {
+      const Bf16Matrix u = MakeBf16(n, k, 52);
+      Bf16Matrix p = MakeBf16(n, k, 52);
+      PackInPlace(&p.w);
+      ASSERT_TRUE(p.w.packed);
+      const std::vector<float> x = testing::RandomVector(m * k, 53);
+      std::vector<float> yu(m * n), yp(m * n);
+      MatMul(yu.data(), x.data(), u.w, m);
+      MatMul(yp.data(), x.data(), p.w, m);
+      ASSERT_EQ(yu, yp) << m << "x" << n << "x" << k << (bf16 ? " bf16" : " fp32");
+    }
+    // Rows that are not whole groups: 33 (a group of one), 8, 1; against the reference.
+    for (int64_t n : {33, 8, 1}) {
+      const int64_t m = 3, k = 96;
+      const Bf16Matrix u = MakeBf16(n, k, 54);
+      const std::vector<float> x = testing::RandomVector(m * k, 55);
+      std::vector<float> y(m * n);
+      MatMul(y.data(), x.data(), u.w, m);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          double ref = 0.0, scale = 0.0;
+          for (int64_t c = 0; c < k; ++c) {
+            const double xv = bf16 ? Bf16ToF32(F32ToBf16(x[i * k + c])) : x[i * k + c];
+            ref += xv * u.dense[j * k + c];
+            scale = std::max(scale, std::fabs(xv * u.dense[j * k + c]));
+          }
+          ASSERT_NEAR(y[i * n + j], ref, 4.0 * k * 1.2e-7 * scale) << n << " rows";
+        }
+      }
+    }
+  }
+}
+
+// Strided x and y (ldx > k, ldy > n), as the engine's per-head products use them.
+TEST(AmxTiles, StridedInputAndOutput) {
+  AmxIsa amx;
+  if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
+  const int64_t m = 20, n = 32, k = 64, ldx = 100, ldy = 50;
+  Bf16Matrix s = MakeBf16(n, k, 48);
+  PackInPlace(&s.w);
+  const std::vector<float> x = testing::RandomVector(m * ldx, 49);
+  std::vector<float> y(m * ldy, -7.0f), dense(m * n), xd(m * k);
+  for (int64_t i = 0; i < m; ++i) std::copy_n(x.begin() + i * ldx, k, xd.begin() + i * k);
+  MatMul(y.data(), ldy, x.data(), ldx, s.w, m);
+  MatMul(dense.data(), xd.data(), s.w, m);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < ldy; ++j) {
+      if (j < n) {
+        ASSERT_EQ(y[i * ldy + j], dense[i * n + j]);
+      } else {
+        ASSERT_EQ(y[i * ldy + j], -7.0f);  // beyond the weight's rows: untouched
+      }
+    }
+  }
+}
+
+// Another instruction set reads a kTiles weight too (the scalar fallback), to fp32 accuracy.
+TEST(AmxTiles, OtherInstructionSetsReadTheLayout) {
+  const Isa saved = MatMulIsa();
+  const int64_t m = 3, n = 32, k = 96;
+  Bf16Matrix s = MakeBf16(n, k, 50);
+  PackInPlace(&s.w, PackLayout::kTiles);
+  ASSERT_TRUE(s.w.packed);
+  const std::vector<float> x = testing::RandomVector(m * k, 51);
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kScalar}) {
+    if (!SetMatMulIsa(isa)) continue;
+    std::vector<float> y(m * n), row(k);
+    MatMul(y.data(), x.data(), s.w, m);
+    for (int64_t j = 0; j < n; ++j) {
+      DequantizeRow(row.data(), s.w, j);
+      for (int64_t c = 0; c < k; ++c) ASSERT_EQ(row[c], s.dense[j * k + c]);
+      for (int64_t i = 0; i < m; ++i) {
+        double ref = 0.0, scale = 0.0;
+        for (int64_t c = 0; c < k; ++c) {
+          ref += static_cast<double>(x[i * k + c]) * s.dense[j * k + c];
+          scale = std::max(scale, std::fabs(x[i * k + c] * s.dense[j * k + c]));
+        }
+        ASSERT_NEAR(y[i * n + j], ref, 4.0 * k * 1.2e-7 * scale) << IsaName(isa);
+      }
+    }
+  }
+  SetMatMulIsa(saved);
+}
+
+}  // namespace
+}  // namespace kimi::cpu
