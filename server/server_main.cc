@@ -21,6 +21,7 @@
 #include "engine/comm/mpi_communicator.h"
 #include "engine/distributed.h"
 #include "kernels/cpu/cpu_budget.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
 #include <signal.h>
 #ifdef KIMI_HAVE_CUDA
@@ -184,8 +185,8 @@ absl::StatusOr<Cluster> JoinCluster(const ServerConfig& c) {
 void LogThreads() {
   const int threads = cpu::ThreadPool::Global().num_threads();
   const cpu::CpuBudget budget = cpu::ProcessCpuBudget();
-  spdlog::info("engine threads: {}; this process may use {}", threads,
-               cpu::DescribeCpuBudget(budget));
+  spdlog::info("engine threads: {}; this process may use {}; CPU kernels: {} ($KIMI_ISA)", threads,
+               cpu::DescribeCpuBudget(budget), cpu::IsaName(cpu::MatMulIsa()));
   if (threads > budget.usable()) {
     spdlog::warn(
         "{} engine threads for {} usable CPU{}: they will take turns and wait on each "
