@@ -152,7 +152,9 @@ KIMI_CLONES void SplitRowToBf16x3(uint16_t* __restrict hi, uint16_t* __restrict 
     std::memcpy(&bits, &x[c], 4);
     // Inf and NaN stay whole in hi (their remainders would be NaN).
     const uint32_t finite = (bits & 0x7f800000u) == 0x7f800000u ? 0u : ~0u;
-    const uint32_t h = bits & 0xffff0000u;
+    // A NaN whose payload is all in the low half would truncate to an infinity: keep it quiet.
+    const uint32_t nan = (bits & 0x7fffffffu) > 0x7f800000u ? 0x00400000u : 0u;
+    const uint32_t h = (bits & 0xffff0000u) | nan;
     float hf, r1, mf;
     std::memcpy(&hf, &h, 4);
     r1 = x[c] - hf;
@@ -197,17 +199,18 @@ bool Available(Isa isa) {
 }
 
 Isa DefaultIsa() {
-  Isa best = Available(Isa::kAmx)      ? Isa::kAmx
-             : Available(Isa::kAvx512) ? Isa::kAvx512
-             : Available(Isa::kAvx2)   ? Isa::kAvx2
-                                       : Isa::kScalar;
+  // $KIMI_ISA first: a lower choice never asks Linux for the tile unit (AMX's permission makes
+  // the process's signal frames 8 KiB larger).
   if (const char* env = std::getenv("KIMI_ISA")) {
     const std::string_view v(env);
     for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
       if (v == IsaName(isa) && Available(isa)) return isa;
     }
   }
-  return best;
+  return Available(Isa::kAmx)      ? Isa::kAmx
+         : Available(Isa::kAvx512) ? Isa::kAvx512
+         : Available(Isa::kAvx2)   ? Isa::kAvx2
+                                   : Isa::kScalar;
 }
 
 Isa& CurrentIsa() {
@@ -448,8 +451,12 @@ void RunMatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_
   assert(targets.size() <= kMaxTargets);
   int64_t first_unit[kMaxTargets + 1] = {0};
   int64_t bytes = 0;
+  // Each target starts on a whole tile of the kernel (AMX: 16 rows, one weight group), so a range
+  // boundary never cuts a group that two threads would then both compute.
+  const int64_t tile_many = kernels->tile_units_many;
   for (size_t j = 0; j < targets.size(); ++j) {
-    first_unit[j + 1] = first_unit[j] + (targets[j].w->rows + kRowUnit - 1) / kRowUnit;
+    const int64_t target_units = (targets[j].w->rows + kRowUnit - 1) / kRowUnit;
+    first_unit[j + 1] = first_unit[j] + (target_units + tile_many - 1) / tile_many * tile_many;
     bytes += targets[j].w->Bytes();
   }
   const int64_t units = first_unit[targets.size()];
@@ -480,11 +487,12 @@ void RunMatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_
       const int64_t lo = std::max(begin, first_unit[j]), hi = std::min(end, first_unit[j + 1]);
       if (lo >= hi) continue;
       const Weight& w = *targets[j].w;
+      const int64_t n0 = (lo - first_unit[j]) * kRowUnit;
+      const int64_t n1 = std::min((hi - first_unit[j]) * kRowUnit, w.rows);
+      if (n0 >= n1) continue;  // a unit past the rows, rounding the target to a tile
       matmul_internal::Problem p{targets[j].y, targets[j].ldy, xp, kp, &w, m, xb, serial};
       p.xt = xt;
-      RouteFor(kernels, bf16_mode, w)
-          .range(p, (lo - first_unit[j]) * kRowUnit,
-                 std::min((hi - first_unit[j]) * kRowUnit, w.rows));
+      RouteFor(kernels, bf16_mode, w).range(p, n0, n1);
     }
   };
   // Decode-sized x (up to kMaxShareRows rows): each thread streams its own contiguous share
@@ -633,6 +641,20 @@ void DequantizeRow(float* out, const Weight& w, int64_t r) {
     for (int64_t b = 0; b < k; b += 32) {
       const uint16_t* src = data + 2 * matmul_internal::PackedUnit(w, r, b, 16);
       for (int i = 0; i < 32; ++i) out[b + i] = Bf16ToF32(src[i]);
+    }
+    return;
+  }
+  if (w.packed && w.format == WeightFormat::kBF16 && w.layout == PackLayout::kTiles) {
+    // Row r is lane j of every tile of its group: 16 pairs a block, 64 bytes apart (a tied
+    // embedding's rows, without a unit lookup per element).
+    const auto* group = static_cast<const uint16_t*>(w.data) + r / kTileRows * kTileRows * k;
+    const int64_t j = r % kTileRows;
+    for (int64_t b = 0; b < k; b += 32) {
+      for (int64_t lane = 0; lane < 16; ++lane) {
+        const uint16_t* pair = group + b * kTileRows + (lane * kTileRows + j) * 2;
+        out[b + 2 * lane] = Bf16ToF32(pair[0]);
+        out[b + 2 * lane + 1] = Bf16ToF32(pair[1]);
+      }
     }
     return;
   }

@@ -27,6 +27,7 @@
 #include <cstring>
 
 #include "kernels/cpu/matmul_impl.h"
+#include "kernels/cpu/side_prefetch.h"
 #include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
@@ -172,8 +173,8 @@ inline void TileOfRowMajor(const uint16_t* w, int64_t cols, int64_t rows, int64_
 // y[i, n] for every i < m and n in [n0, n1) (multiples of 8, or n1 = rows), kTerms bf16 planes of
 // x (1: p.xb, 3: p.xt's hi, mid, lo). Groups straddling n0 or n1 are computed whole and stored in
 // part. An unpacked weight's tiles are transposed from its rows as they are needed (kPacked false:
-// a memory-mapped checkpoint, or a view that is not whole groups), so its results are the packed
-// weight's, bit for bit.
+// a memory-mapped checkpoint, a weight whose rows are not whole groups; again for every 32 x rows,
+// which costs a prefill of such a weight), so its results are the packed weight's, bit for bit.
 // How far ahead of the tiles it loads a packed weight's stream is prefetched (each group's own
 // stream, two tiles). The hardware prefetcher alone left tile loads waiting on memory: one x row
 // through 8 packed 2048 x 7168 matrices (matvec.bf16) read 29.6-30.5 GB/s against a 35-38 GB/s
@@ -182,6 +183,8 @@ inline void TileOfRowMajor(const uint16_t* w, int64_t cols, int64_t rows, int64_
 // / 28.0 (kimi-bench --repeats 3, one run each, two for 2 and 4 KiB); prefill.gemm 876 -> 891-918
 // GFLOP/s.
 constexpr int64_t kPrefetchBytes = 2048;
+// Lines of the side prefetch a block (a tile product of 48 cycles or more at fp32).
+constexpr int kSideLines = 4;
 
 template <int kTerms, bool kPacked>
 void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
@@ -193,6 +196,10 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
   const int64_t plane = p.m * kp, x_stride = kp * 2;
   const int64_t g0 = n0 / kTileRows, g1 = (n1 + kTileRows - 1) / kTileRows;
   int configured = -1;
+  // The side prefetch (side_prefetch.h), a few lines a block while there is some, as AVX-512's
+  // group loops take it.
+  const bool side_on = SidePrefetchActive();
+  SidePiece side;
   for (int64_t i0 = 0; i0 < p.m; i0 += 32) {
     const int rows0 = static_cast<int>(p.m - i0 < 16 ? p.m - i0 : 16);
     const int rows1 = static_cast<int>(p.m - i0 - 16 <= 0   ? 0
@@ -208,6 +215,7 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
     float* y1 = y0 + 16 * p.ldy;
     for (int64_t g = g0; g < g1; g += 2) {
       const bool two = g + 1 < g1;
+      if (side_on && side.p >= side.end) side = ClaimSidePiece();
       _tile_zero(0);
       _tile_zero(1);
       if (rows1) {  // an unconfigured tile may not be named at all
@@ -216,6 +224,9 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
       }
       const uint16_t* b0 = data + g * group;
       for (int64_t b = 0; b < nb; ++b) {
+        for (int line = 0; line < kSideLines && side.p < side.end; ++line, side.p += 64) {
+          _mm_prefetch(side.p, _MM_HINT_T1);
+        }
         const uint16_t* tile0 = b0 + b * 512;
         const uint16_t* tile1 = tile0 + group;
         if (kPacked) {

@@ -20,6 +20,7 @@
 // GCC 12 reports its own _mm512_undefined_* helpers as uninitialised (a known false positive).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <cassert>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -651,6 +652,7 @@ void RangeWith(const L& l, const Problem& p, int64_t n0, int64_t n1) {
 }
 
 void Range(const Problem& p, int64_t n0, int64_t n1) {
+  assert(!p.w->packed || p.w->layout != PackLayout::kTiles);  // matmul.cc routes kTiles elsewhere
   const Weight& w = *p.w;
   if (w.packed && w.layout == PackLayout::kLanes) {
     LaneMajorRangeAvx2(p, n0, n1);

@@ -854,7 +854,9 @@ void RangeMxfp4Panel(const Problem& p, int64_t n0, int64_t n1) {
 
 void Range(const Problem& p, int64_t n0, int64_t n1) {
   const Weight& w = *p.w;
-  // Layouts packed for AVX2 (kernels/cpu/pack.h): the same bits from its kernels.
+  // Layouts packed for AVX2 (kernels/cpu/pack.h): the same bits from its kernels. kTiles never
+  // comes here (matmul.cc routes it to the tile kernels or the scalar fallback).
+  assert(!w.packed || w.layout != PackLayout::kTiles);
   if (w.packed && w.layout != PackLayout::kBlocks) return Avx2Kernels()->range(p, n0, n1);
   switch (w.format) {
     case WeightFormat::kBF16:

@@ -1,8 +1,8 @@
-// Weight packing: each group of kPackRows rows (kTileRows for kTiles) reordered so that a kernel
-// reads one linear stream per group (the hardware prefetcher's favourite pattern) instead of
-// kPackRows short ones. Three layouts (kimi::PackLayout, kernels/weight.h) of a [rows, cols]
-// matrix, rows % kPackRows == 0, cols % 32 == 0 (G = kPackRows, nb = cols / 32 blocks of 32
-// columns; canonical lane J = 0..15 of a block holds its columns 2J, 2J + 1, matmul_impl.h):
+// Weight packing: each group of G rows reordered so that a kernel reads one linear stream per
+// group (the hardware prefetcher's favourite pattern) instead of G short ones. Four layouts
+// (kimi::PackLayout, kernels/weight.h) of a [rows, cols] matrix, rows % G == 0, cols % 32 == 0
+// (G = PackGroupRows(layout): kPackRows = 8, kTileRows = 16 for kTiles; nb = cols / 32 blocks of
+// 32 columns; canonical lane J = 0..15 of a block holds its columns 2J, 2J + 1, matmul_impl.h):
 //
 // kBlocks, for dot products (AVX-512): block after block, the G rows' 32 elements each.
 //   bf16:  element (g*G + j, 32b + i) at  g*G*cols + (b*G + j)*32 + i                (uint16 units)

@@ -72,6 +72,11 @@ TEST(AmxSplit, ThreeBf16TermsAreExact) {
   x.push_back(std::numeric_limits<float>::infinity());
   x.push_back(-std::numeric_limits<float>::infinity());
   x.push_back(std::numeric_limits<float>::quiet_NaN());
+  for (uint32_t bits : {0x7f800001u, 0xff800003u, 0x7fc00000u}) {  // NaNs, payload low or high
+    float f;
+    std::memcpy(&f, &bits, 4);
+    x.push_back(f);
+  }
   const int64_t k = static_cast<int64_t>(x.size()), kp = (k + 31) / 32 * 32;
   std::vector<uint16_t> hi(kp, 1), mid(kp, 1), lo(kp, 1);
   matmul_internal::SplitRowToBf16x3(hi.data(), mid.data(), lo.data(), x.data(), k, kp);
@@ -158,8 +163,8 @@ TEST(AmxTiles, Bf16ActivationsMatchDoubleReference) {
   }
 }
 
-// A row's bits do not depend on the batch, the thread count, or where a range cuts the weight
-// (MatMulMany behind an 8-row weight makes the ranges of the packed one start mid-group).
+// A row's bits do not depend on the batch, the thread count, or the other weights of a
+// MatMulMany (behind an 8-row weight, which the ranges round up to a whole group).
 TEST(AmxTiles, BatchThreadsAndRangesChangeNoBit) {
   AmxIsa amx;
   if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
@@ -168,7 +173,7 @@ TEST(AmxTiles, BatchThreadsAndRangesChangeNoBit) {
     for (auto [m, n, k] : kShapes) {
       Bf16Matrix s = MakeBf16(n, k, 45);
       PackInPlace(&s.w);
-      Bf16Matrix head = MakeBf16(8, k, 46);  // 8 rows: left unpacked (AVX-512's kernels)
+      Bf16Matrix head = MakeBf16(8, k, 46);  // 8 rows: left unpacked (tiles made on the fly)
       PackInPlace(&head.w);
       ASSERT_FALSE(head.w.packed);
       const std::vector<float> x = testing::RandomVector(m * k, 47);
@@ -220,9 +225,11 @@ TEST(AmxTiles, UnpackedEqualsPackedBitwise) {
       MatMul(yp.data(), x.data(), p.w, m);
       ASSERT_EQ(yu, yp) << m << "x" << n << "x" << k << (bf16 ? " bf16" : " fp32");
     }
-    // Rows that are not whole groups: 33 (a group of one), 8, 1; against the reference.
-    for (int64_t n : {33, 8, 1}) {
-      const int64_t m = 3, k = 96;
+    // Rows that are not whole groups: 33 (a group of one), 8, 1, 24, at one and two x tiles;
+    // against the reference.
+    for (const auto& [m, n] :
+         {std::pair<int64_t, int64_t>{3, 33}, {3, 8}, {3, 1}, {20, 33}, {37, 24}}) {
+      const int64_t k = 96;
       const Bf16Matrix u = MakeBf16(n, k, 54);
       const std::vector<float> x = testing::RandomVector(m * k, 55);
       std::vector<float> y(m * n);
@@ -242,24 +249,31 @@ TEST(AmxTiles, UnpackedEqualsPackedBitwise) {
   }
 }
 
-// Strided x and y (ldx > k, ldy > n), as the engine's per-head products use them.
+// Strided x and y (ldx > k, ldy > n), as the engine's per-head products use them, in both
+// activation modes; 40 rows (unpacked: a last group of 8, stored through the scratch tile) and 32.
 TEST(AmxTiles, StridedInputAndOutput) {
   AmxIsa amx;
   if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
-  const int64_t m = 20, n = 32, k = 64, ldx = 100, ldy = 50;
-  Bf16Matrix s = MakeBf16(n, k, 48);
-  PackInPlace(&s.w);
-  const std::vector<float> x = testing::RandomVector(m * ldx, 49);
-  std::vector<float> y(m * ldy, -7.0f), dense(m * n), xd(m * k);
-  for (int64_t i = 0; i < m; ++i) std::copy_n(x.begin() + i * ldx, k, xd.begin() + i * k);
-  MatMul(y.data(), ldy, x.data(), ldx, s.w, m);
-  MatMul(dense.data(), xd.data(), s.w, m);
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < ldy; ++j) {
-      if (j < n) {
-        ASSERT_EQ(y[i * ldy + j], dense[i * n + j]);
-      } else {
-        ASSERT_EQ(y[i * ldy + j], -7.0f);  // beyond the weight's rows: untouched
+  for (const bool bf16 : {false, true}) {
+    ActivationScope scope(bf16 ? ActivationDtype::kBf16 : ActivationDtype::kF32);
+    for (const int64_t n : {32, 40}) {
+      const int64_t m = 20, k = 64, ldx = 100, ldy = 50;
+      Bf16Matrix s = MakeBf16(n, k, 48);
+      PackInPlace(&s.w);
+      ASSERT_EQ(s.w.packed, n % kTileRows == 0);
+      const std::vector<float> x = testing::RandomVector(m * ldx, 49);
+      std::vector<float> y(m * ldy, -7.0f), dense(m * n), xd(m * k);
+      for (int64_t i = 0; i < m; ++i) std::copy_n(x.begin() + i * ldx, k, xd.begin() + i * k);
+      MatMul(y.data(), ldy, x.data(), ldx, s.w, m);
+      MatMul(dense.data(), xd.data(), s.w, m);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < ldy; ++j) {
+          if (j < n) {
+            ASSERT_EQ(y[i * ldy + j], dense[i * n + j]) << n << " rows";
+          } else {
+            ASSERT_EQ(y[i * ldy + j], -7.0f);  // beyond the weight's rows: untouched
+          }
+        }
       }
     }
   }
