@@ -7,6 +7,7 @@
 #include <limits>
 #include <random>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -40,6 +41,20 @@ Bf16Matrix MakeBf16(int64_t n, int64_t k, uint32_t seed) {
   s.w.rows = n;
   s.w.cols = k;
   return s;
+}
+
+// float64 reference of row i of x (rounded to bf16 first when `bf16`) times row j of s, and the
+// fp32 bound on its error every path is held to (matmul_test.cc): 4 k eps times the largest term.
+std::pair<double, double> Reference(const Bf16Matrix& s, const std::vector<float>& x, int64_t i,
+                                    int64_t j, bool bf16) {
+  const int64_t k = s.w.cols;
+  double ref = 0.0, scale = 0.0;
+  for (int64_t c = 0; c < k; ++c) {
+    const double xv = bf16 ? Bf16ToF32(F32ToBf16(x[i * k + c])) : x[i * k + c];
+    ref += xv * s.dense[j * k + c];
+    scale = std::max(scale, std::fabs(xv * s.dense[j * k + c]));
+  }
+  return {ref, 4.0 * k * 1.2e-7 * scale};
 }
 
 // Switches to AMX for the test's lifetime; false (and nothing changed) without it.
@@ -125,12 +140,8 @@ TEST(AmxTiles, Fp32ActivationsMatchDoubleReference) {
     MatMul(y.data(), x.data(), s.w, m);
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < n; ++j) {
-        double ref = 0.0, scale = 0.0;
-        for (int64_t c = 0; c < k; ++c) {
-          ref += static_cast<double>(x[i * k + c]) * s.dense[j * k + c];
-          scale = std::max(scale, std::fabs(x[i * k + c] * s.dense[j * k + c]));
-        }
-        ASSERT_NEAR(y[i * n + j], ref, 4.0 * k * 1.2e-7 * scale) << m << "x" << n << "x" << k;
+        const auto [ref, tol] = Reference(s, x, i, j, false);
+        ASSERT_NEAR(y[i * n + j], ref, tol) << m << "x" << n << "x" << k;
       }
     }
   }
@@ -151,13 +162,8 @@ TEST(AmxTiles, Bf16ActivationsMatchDoubleReference) {
     }
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < n; ++j) {
-        double ref = 0.0, scale = 0.0;
-        for (int64_t c = 0; c < k; ++c) {
-          const double xb = Bf16ToF32(F32ToBf16(x[i * k + c]));
-          ref += xb * s.dense[j * k + c];
-          scale = std::max(scale, std::fabs(xb * s.dense[j * k + c]));
-        }
-        ASSERT_NEAR(y[i * n + j], ref, 4.0 * k * 1.2e-7 * scale) << m << "x" << n << "x" << k;
+        const auto [ref, tol] = Reference(s, x, i, j, true);
+        ASSERT_NEAR(y[i * n + j], ref, tol) << m << "x" << n << "x" << k;
       }
     }
   }
@@ -236,13 +242,8 @@ TEST(AmxTiles, UnpackedEqualsPackedBitwise) {
       MatMul(y.data(), x.data(), u.w, m);
       for (int64_t i = 0; i < m; ++i) {
         for (int64_t j = 0; j < n; ++j) {
-          double ref = 0.0, scale = 0.0;
-          for (int64_t c = 0; c < k; ++c) {
-            const double xv = bf16 ? Bf16ToF32(F32ToBf16(x[i * k + c])) : x[i * k + c];
-            ref += xv * u.dense[j * k + c];
-            scale = std::max(scale, std::fabs(xv * u.dense[j * k + c]));
-          }
-          ASSERT_NEAR(y[i * n + j], ref, 4.0 * k * 1.2e-7 * scale) << n << " rows";
+          const auto [ref, tol] = Reference(u, x, i, j, bf16);
+          ASSERT_NEAR(y[i * n + j], ref, tol) << n << " rows";
         }
       }
     }
@@ -295,12 +296,8 @@ TEST(AmxTiles, OtherInstructionSetsReadTheLayout) {
       DequantizeRow(row.data(), s.w, j);
       for (int64_t c = 0; c < k; ++c) ASSERT_EQ(row[c], s.dense[j * k + c]);
       for (int64_t i = 0; i < m; ++i) {
-        double ref = 0.0, scale = 0.0;
-        for (int64_t c = 0; c < k; ++c) {
-          ref += static_cast<double>(x[i * k + c]) * s.dense[j * k + c];
-          scale = std::max(scale, std::fabs(x[i * k + c] * s.dense[j * k + c]));
-        }
-        ASSERT_NEAR(y[i * n + j], ref, 4.0 * k * 1.2e-7 * scale) << IsaName(isa);
+        const auto [ref, tol] = Reference(s, x, i, j, false);
+        ASSERT_NEAR(y[i * n + j], ref, tol) << IsaName(isa);
       }
     }
   }
