@@ -170,11 +170,6 @@ inline void TileOfRowMajor(const uint16_t* w, int64_t cols, int64_t rows, int64_
   for (int j = 0; j < 16; ++j) _mm512_store_si512(tile + j * 32, v[j]);
 }
 
-// y[i, n] for every i < m and n in [n0, n1) (multiples of 8, or n1 = rows), kTerms bf16 planes of
-// x (1: p.xb, 3: p.xt's hi, mid, lo). Groups straddling n0 or n1 are computed whole and stored in
-// part. An unpacked weight's tiles are transposed from its rows as they are needed (kPacked false:
-// a memory-mapped checkpoint, a weight whose rows are not whole groups; again for every 32 x rows,
-// which costs a prefill of such a weight), so its results are the packed weight's, bit for bit.
 // How far ahead of the tiles it loads a packed weight's stream is prefetched (each group's own
 // stream, two tiles). The hardware prefetcher alone left tile loads waiting on memory: one x row
 // through 8 packed 2048 x 7168 matrices (matvec.bf16) read 29.6-30.5 GB/s against a 35-38 GB/s
@@ -186,6 +181,11 @@ constexpr int64_t kPrefetchBytes = 2048;
 // Lines of the side prefetch a block (a tile product of 48 cycles or more at fp32).
 constexpr int kSideLines = 4;
 
+// y[i, n] for every i < m and n in [n0, n1) (multiples of 8, or n1 = rows), kTerms bf16 planes of
+// x (1: p.xb, 3: p.xt's hi, mid, lo). Groups straddling n0 or n1 are computed whole and stored in
+// part. An unpacked weight's tiles are transposed from its rows as they are needed (kPacked false:
+// a memory-mapped checkpoint, a weight whose rows are not whole groups; again for every 32 x rows,
+// which costs a prefill of such a weight), so its results are the packed weight's, bit for bit.
 template <int kTerms, bool kPacked>
 void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
   const Weight& w = *p.w;
