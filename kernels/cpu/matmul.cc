@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <numeric>
 #include <string_view>
 #include <vector>
 
@@ -453,10 +454,10 @@ void RunMatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_
   int64_t bytes = 0;
   // Each target starts on a whole tile of the kernel (AMX: 16 rows, one weight group), so a range
   // boundary never cuts a group that two threads would then both compute.
-  const int64_t tile_many = kernels->tile_units_many;
+  const int64_t whole = std::lcm(kernels->tile_units_one, kernels->tile_units_many);
   for (size_t j = 0; j < targets.size(); ++j) {
     const int64_t target_units = (targets[j].w->rows + kRowUnit - 1) / kRowUnit;
-    first_unit[j + 1] = first_unit[j] + (target_units + tile_many - 1) / tile_many * tile_many;
+    first_unit[j + 1] = first_unit[j] + (target_units + whole - 1) / whole * whole;
     bytes += targets[j].w->Bytes();
   }
   const int64_t units = first_unit[targets.size()];

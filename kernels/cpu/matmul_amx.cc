@@ -198,7 +198,7 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
   int configured = -1;
   // The side prefetch (side_prefetch.h), a few lines a block while there is some, as AVX-512's
   // group loops take it.
-  const bool side_on = SidePrefetchActive();
+  bool side_on = SidePrefetchActive();
   SidePiece side;
   for (int64_t i0 = 0; i0 < p.m; i0 += 32) {
     const int rows0 = static_cast<int>(p.m - i0 < 16 ? p.m - i0 : 16);
@@ -215,7 +215,10 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
     float* y1 = y0 + 16 * p.ldy;
     for (int64_t g = g0; g < g1; g += 2) {
       const bool two = g + 1 < g1;
-      if (side_on && side.p >= side.end) side = ClaimSidePiece();
+      if (side_on && side.p >= side.end) {
+        side = ClaimSidePiece();
+        side_on = side.p < side.end;  // none left: stop asking
+      }
       _tile_zero(0);
       _tile_zero(1);
       if (rows1) {  // an unconfigured tile may not be named at all

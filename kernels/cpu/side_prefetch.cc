@@ -6,8 +6,10 @@ namespace kimi::cpu {
 namespace {
 
 constexpr int64_t kLine = 64;
-// A piece is claimed per weight group at most (GroupStrips), so it must outlast one: a group of a
-// k3-mini projection at 32 x rows takes 11 strips of 16 blocks, 176 block visits.
+// A piece is claimed per weight group at most (GroupStrips; AMX's tile loop per pair of groups and
+// x tiles), so it must outlast one: a group of a k3-mini projection at 32 x rows takes 11 strips
+// of 16 blocks, 176 block visits (AMX: 128 blocks at 4 lines, K = 4096; past that a pair's later
+// blocks take none).
 constexpr int64_t kPieceBytes = 32 << 10;
 
 // One thread's ranges and how far it got; touched by that thread during jobs and by the caller

@@ -7,8 +7,9 @@
 //
 // Thread contract: SetSidePrefetch and ClearSidePrefetch from the thread that calls ParallelFor,
 // between jobs. The products' loops over packed bf16 weight groups (AVX-512, fp32 activations:
-// GroupStrips in matmul_avx512.cc) running on thread i of the pool prefetch by_thread[i]'s ranges
-// in order, a few lines a block of weights; the other kernels leave them. A prefetch never faults
+// GroupStrips in matmul_avx512.cc; AMX's tile loop, TilesRange in matmul_amx.cc, a piece per pair
+// of groups) running on thread i of the pool prefetch by_thread[i]'s ranges in order, a few lines
+// a block of weights; the other kernels leave them. A prefetch never faults
 // and changes no value.
 #pragma once
 

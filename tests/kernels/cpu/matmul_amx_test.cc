@@ -280,6 +280,37 @@ TEST(AmxTiles, StridedInputAndOutput) {
   }
 }
 
+// The tile kernel itself on a range that starts and ends mid-group (n0, n1 multiples of 8, which
+// its contract allows; MatMulMany now hands it whole groups): those columns of the whole product,
+// the rest of y untouched.
+TEST(AmxTiles, KernelRangesMayCutAGroup) {
+  AmxIsa amx;
+  if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
+  const matmul_internal::Kernels* kernels = matmul_internal::AmxKernels();
+  const int64_t m = 20, n = 48, k = 64;
+  Bf16Matrix s = MakeBf16(n, k, 60);
+  PackInPlace(&s.w);
+  ASSERT_TRUE(s.w.packed);
+  const std::vector<float> x = testing::RandomVector(m * k, 61);
+  std::vector<float> whole(m * n);
+  {
+    ActivationScope bf16(ActivationDtype::kBf16);
+    MatMul(whole.data(), x.data(), s.w, m);
+  }
+  std::vector<uint16_t> xb(m * k);
+  for (int64_t i = 0; i < m; ++i) {
+    matmul_internal::RoundRowToBf16(xb.data() + i * k, x.data() + i * k, k, k);
+  }
+  std::vector<float> y(m * n, -7.0f);
+  matmul_internal::Problem p{y.data(), n, nullptr, k, &s.w, m, xb.data()};
+  kernels->range_tiles_bf16(p, 8, 40);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      ASSERT_EQ(y[i * n + j], j >= 8 && j < 40 ? whole[i * n + j] : -7.0f) << i << "," << j;
+    }
+  }
+}
+
 // Another instruction set reads a kTiles weight too (the scalar fallback), to fp32 accuracy.
 TEST(AmxTiles, OtherInstructionSetsReadTheLayout) {
   const Isa saved = MatMulIsa();
