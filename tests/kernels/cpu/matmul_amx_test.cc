@@ -119,11 +119,12 @@ TEST(AmxSplit, ThreeBf16TermsAreExact) {
 }
 
 // The shapes reach every part of the tile loop: 1..16 x rows (one x tile of fewer rows), 17..32
-// (two), 33 and 70 (several pairs and a short last one); an odd number of weight groups (a lone
-// last group); one block of columns and many.
+// (two), 33, 40 and 70 (several pairs and a short last one); an odd number of weight groups (a
+// lone last group); one block of columns and many; weight chunks (40 x 160 x 4096: 4 groups a
+// chunk, three chunks).
 const std::vector<std::tuple<int64_t, int64_t, int64_t>> kShapes = {
-    {1, 16, 32},   {1, 48, 2048}, {3, 32, 96},    {16, 16, 64},   {17, 80, 128},
-    {31, 32, 320}, {32, 48, 64},  {33, 16, 1024}, {70, 112, 256}, {5, 64, 4096}};
+    {1, 16, 32},  {1, 48, 2048},  {3, 32, 96},    {16, 16, 64},  {17, 80, 128},  {31, 32, 320},
+    {32, 48, 64}, {33, 16, 1024}, {70, 112, 256}, {5, 64, 4096}, {40, 160, 4096}};
 
 // fp32 activations: the split makes every product exact, so the error is the fp32 accumulation's
 // alone, held to the same bound as every other instruction set (matmul_test.cc: 4 k eps times the
