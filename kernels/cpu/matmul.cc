@@ -379,9 +379,13 @@ void RunMatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_
   // Which targets take the bf16 dot product (opt-in, bf16 weights, machine support).
   const Kernels* kernels = KernelsFor(CurrentIsa());
   const bool bf16_mode = CurrentActivation() == ActivationDtype::kBf16 && kernels->range_bf16;
+  constexpr int kMaxTargets = 16;
+  assert(targets.size() <= kMaxTargets);
+  Route routes[kMaxTargets];
   bool need_f32 = false, need_bf16 = false, need_split = false;
-  for (const MatMulTarget& t : targets) {
-    switch (RouteFor(kernels, bf16_mode, *t.w).x) {
+  for (size_t j = 0; j < targets.size(); ++j) {
+    routes[j] = RouteFor(kernels, bf16_mode, *targets[j].w);
+    switch (routes[j].x) {
       case XForm::kPermuted:
         need_f32 = true;
         break;
@@ -448,8 +452,6 @@ void RunMatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_
   // Units of kRowUnit rows over all targets, in order; each range is a contiguous run of units,
   // so every weight byte is read by one thread. A part gets at least ~64 KiB of weights or
   // ~4 MFLOP, so small matrices do not pay for a dispatch they cannot use.
-  constexpr int kMaxTargets = 16;
-  assert(targets.size() <= kMaxTargets);
   int64_t first_unit[kMaxTargets + 1] = {0};
   int64_t bytes = 0;
   // Each target starts on a whole tile of the kernel (AMX: 16 rows, one weight group), so a range
@@ -493,7 +495,7 @@ void RunMatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_
       if (n0 >= n1) continue;  // a unit past the rows, rounding the target to a tile
       matmul_internal::Problem p{targets[j].y, targets[j].ldy, xp, kp, &w, m, xb, serial};
       p.xt = xt;
-      RouteFor(kernels, bf16_mode, w).range(p, n0, n1);
+      routes[j].range(p, n0, n1);
     }
   };
   // Decode-sized x (up to kMaxShareRows rows): each thread streams its own contiguous share
@@ -646,15 +648,14 @@ void DequantizeRow(float* out, const Weight& w, int64_t r) {
     return;
   }
   if (w.packed && w.format == WeightFormat::kBF16 && w.layout == PackLayout::kTiles) {
-    // Row r is lane j of every tile of its group: 16 pairs a block, 64 bytes apart (a tied
-    // embedding's rows, without a unit lookup per element).
-    const auto* group = static_cast<const uint16_t*>(w.data) + r / kTileRows * kTileRows * k;
-    const int64_t j = r % kTileRows;
+    // A row's pairs of a block lie kTileRows pairs apart (a tied embedding's rows, with one unit
+    // lookup a block rather than one an element).
+    const auto* data = static_cast<const uint16_t*>(w.data);
     for (int64_t b = 0; b < k; b += 32) {
+      const uint16_t* lane0 = data + 2 * matmul_internal::PackedUnit(w, r, b, 16);
       for (int64_t lane = 0; lane < 16; ++lane) {
-        const uint16_t* pair = group + b * kTileRows + (lane * kTileRows + j) * 2;
-        out[b + 2 * lane] = Bf16ToF32(pair[0]);
-        out[b + 2 * lane + 1] = Bf16ToF32(pair[1]);
+        out[b + 2 * lane] = Bf16ToF32(lane0[2 * kTileRows * lane]);
+        out[b + 2 * lane + 1] = Bf16ToF32(lane0[2 * kTileRows * lane + 1]);
       }
     }
     return;

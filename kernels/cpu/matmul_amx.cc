@@ -53,9 +53,7 @@ bool MachineHasAmx() {
   unsigned lo = 0, hi = 0;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
   if (((lo >> 17) & 3) != 3) return false;  // XTILECFG and XTILEDATA enabled by the OS
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512bf16") &&
-         syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
 }
 
 // LDTILECFG's 64-byte operand (palette 1).
@@ -216,10 +214,8 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
   for (int64_t g0 = first_group; g0 < end_group; g0 += chunk) {
     const int64_t g1 = std::min(end_group, g0 + chunk);
     for (int64_t i0 = 0; i0 < p.m; i0 += 32) {
-      const int rows0 = static_cast<int>(p.m - i0 < 16 ? p.m - i0 : 16);
-      const int rows1 = static_cast<int>(p.m - i0 - 16 <= 0   ? 0
-                                         : p.m - i0 - 16 < 16 ? p.m - i0 - 16
-                                                              : 16);
+      const int rows0 = static_cast<int>(std::min<int64_t>(p.m - i0, 16));
+      const int rows1 = static_cast<int>(std::clamp<int64_t>(p.m - i0 - 16, 0, 16));
       if (configured != rows0 * 32 + rows1) {
         Configure(rows0, rows1);
         configured = rows0 * 32 + rows1;
@@ -247,14 +243,13 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
           }
           const uint16_t* tile0 = b0 + b * 512;
           const uint16_t* tile1 = tile0 + group;
-          if (kPacked) {
+          if constexpr (kPacked) {
             const char* ahead = reinterpret_cast<const char*>(tile0) + kPrefetchBytes;
             for (int line = 0; line < 1024; line += 64) {
               _mm_prefetch(ahead + line, _MM_HINT_T0);
               if (two) _mm_prefetch(ahead + group * 2 + line, _MM_HINT_T0);
             }
-          }
-          if (!kPacked) {
+          } else {
             TileOfRowMajor(data, w.cols, w.rows, g * kTileRows, b, transposed[0]);
             if (two) TileOfRowMajor(data, w.cols, w.rows, (g + 1) * kTileRows, b, transposed[1]);
             tile0 = transposed[0];
@@ -304,6 +299,7 @@ namespace kimi::cpu::matmul_internal {
 const Kernels* AmxKernels() {
   static const Kernels* const kernels = []() -> const Kernels* {
     const Kernels* avx512 = Avx512Kernels();
+    // The AVX-512 kernels with BF16 (every other weight's, and the x conversions'), then the unit.
     if (!avx512 || !avx512->range_bf16 || !MachineHasAmx()) return nullptr;
     static Kernels k = *avx512;
     k.name = "amx";
