@@ -59,6 +59,7 @@ typedef float Floats16 __attribute__((vector_size(64)));
 typedef double Doubles8 __attribute__((vector_size(64)));
 typedef float Floats8 __attribute__((vector_size(32)));
 typedef int32_t Ints16 __attribute__((vector_size(64)));
+typedef uint32_t Uints16 __attribute__((vector_size(64)));
 
 // Lane j of the result = the largest of x[j], x[j + 16], ... (n a multiple of 16; -inf for none;
 // NaNs are passed over).
@@ -98,29 +99,81 @@ KIMI_ROW_LOOP void RunMaxima(std::span<const float> x, float* maxima) {
 // Blocks of a row whose exp sums are kept, so a draw finds its block and walks only that one.
 constexpr size_t kBlock = 1024;
 
+// x = ExpNonPositive(x) on 16 lanes: the same steps, but 2^n taken from the bits of the rounding
+// sum t (t = 1.5 * 2^23 + n exactly), which needs no float-to-int conversion and no NaN case (a NaN
+// lane's p is NaN, and NaN times any scale stays NaN).
+inline __attribute__((always_inline)) void ExpNonPositive16(Floats16& x) {
+  const Floats16 floor = Floats16{} - 87.0f;
+  x = x < floor ? floor : x;  // a NaN lane stays NaN
+  const Floats16 t = x * 1.44269504088896341f + 12582912.0f;
+  const Floats16 n = t - 12582912.0f;
+  const Floats16 r = (x - n * 0.693145751953125f) - n * 1.42860682030941723e-6f;
+  Floats16 p = Floats16{} + 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  Uints16 bits;
+  std::memcpy(&bits, &t, sizeof bits);
+  bits = (bits - 0x4b400000u + 127u) << 23;
+  Floats16 scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  x = p * scale;
+}
+
+// Adds the 16 lanes of v, widened to double, to two accumulators of 8.
+inline __attribute__((always_inline)) void AddWidened(const Floats16& v, Doubles8& lo,
+                                                      Doubles8& hi) {
+  Floats8 half[2];
+  std::memcpy(half, &v, sizeof half);
+  lo += __builtin_convertvector(half[0], Doubles8);
+  hi += __builtin_convertvector(half[1], Doubles8);
+}
+
 // w[i] = exp((x[i] - top) * scale) (top >= every x[i]; w may be null when only the sum is
-// wanted); returns the sum, accumulated in double by blocks (block_sums, when given, receives
-// each block's sum).
+// wanted); returns the sum by blocks (block_sums, when given, receives each block's sum). One pass,
+// 128 values a step: their exps added in float as a tree of eight vectors (three roundings deep:
+// relative error under 2e-7, about the exps' own), each lane's sum then widened into double
+// accumulators. Exps into a buffer, then every value widened and added on one double accumulator
+// (an add's latency per 8 values, and GCC widens 8 floats in three instructions) took 72-75 us a
+// row where this takes 61 (RowMaxima's rows and draws).
 KIMI_ROW_LOOP double ExpRow(std::span<const float> x, float top, float scale, float* w,
-              std::vector<double>* block_sums) {
+                            std::vector<double>* block_sums) {
   double total = 0.0;
-  float local[kBlock];  // a block's values when w is null: they stay in L1
   for (size_t b = 0; b < x.size(); b += kBlock) {
     const size_t e = std::min(x.size(), b + kBlock);
-    float* wb = w ? w + b : local;  // wb[i - b] = w[i]
-    for (size_t i = b; i < e; ++i) wb[i - b] = ExpNonPositive((x[i] - top) * scale);
-    Doubles8 acc = {};
+    Doubles8 acc[2] = {};
     size_t i = b;
-    for (; i + 8 <= e; i += 8) {
-      Floats8 v;
-      std::memcpy(&v, wb + (i - b), sizeof v);
-      acc += __builtin_convertvector(v, Doubles8);
+    for (; i + 128 <= e; i += 128) {
+      Floats16 v[8];
+      for (int h = 0; h < 8; ++h) {
+        std::memcpy(&v[h], x.data() + i + 16 * h, sizeof v[h]);
+        v[h] = (v[h] - top) * scale;
+        ExpNonPositive16(v[h]);
+        if (w) std::memcpy(w + i + 16 * h, &v[h], sizeof v[h]);
+      }
+      AddWidened(((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])), acc[0], acc[1]);
     }
+    const Doubles8 all = acc[0] + acc[1];
     double lanes[8];
-    std::memcpy(lanes, &acc, sizeof lanes);
+    std::memcpy(lanes, &all, sizeof lanes);
     double sum = 0.0;
     for (double v : lanes) sum += v;
-    for (; i < e; ++i) sum += wb[i - b];
+    for (; i < e; i += 16) {  // the last values of the row, up to 16 at a time
+      const size_t n = std::min<size_t>(16, e - i);
+      float in[16] = {}, out[16];
+      std::copy_n(x.data() + i, n, in);
+      Floats16 v;
+      std::memcpy(&v, in, sizeof v);
+      v = (v - top) * scale;
+      ExpNonPositive16(v);
+      std::memcpy(out, &v, sizeof out);
+      for (size_t j = 0; j < n; ++j) sum += out[j];
+      if (w) std::copy_n(out, n, w + i);
+    }
     if (block_sums) block_sums->push_back(sum);
     total += sum;
   }
@@ -140,6 +193,43 @@ double LogSumExp(std::span<const float> x, float mx) {
   return mx + std::log(ExpRow(x, mx, 1.0f, nullptr, nullptr));
 }
 
+// A row's run maxima (RunMaxima: TopIds' bound) and its largest value, from one pass over the
+// row taken when first asked for: that pass reads the row from memory, the later ones (candidates,
+// exps) find it in L2. The largest value in a pass of its own (MaxOf) before the draw cost as much
+// again: one thread, 64 rows of a k3-mini batch-64 step's logits (100,512 each, written out by
+// kimi-bench's scheduler.overhead.b64) at top-k 40, top-p 0.95 with the chosen token's logprob,
+// 68-70 us a row with that pass, 61 without, the same tokens.
+class RowMaxima {
+ public:
+  explicit RowMaxima(std::span<const float> x) : x_(x) {}
+  // The maxima of the row's whole runs of kRun values.
+  std::span<const float> Runs() {
+    Scan();
+    return runs_;
+  }
+  // The largest value (NaNs passed over; -inf for none), as MaxOf(x).
+  float Top() {
+    Scan();
+    return top_;
+  }
+
+ private:
+  void Scan() {
+    if (scanned_) return;
+    scanned_ = true;
+    const size_t whole = x_.size() / kRun;
+    runs_.resize(whole);
+    RunMaxima(x_.first(whole * kRun), runs_.data());
+    top_ = MaxOf(runs_);
+    for (size_t i = whole * kRun; i < x_.size(); ++i) top_ = std::max(top_, x_[i]);
+  }
+
+  std::span<const float> x_;
+  bool scanned_ = false;
+  std::vector<float> runs_;
+  float top_ = 0.0f;
+};
+
 // The best n ids of a row, best first: larger value, ties to the lower id (NaNs never qualify while
 // there are n others). The n-th largest run maximum bounds the n-th best value from below (the n
 // largest maxima are n distinct elements), so only the elements at or above it are candidates: a
@@ -147,16 +237,15 @@ double LogSumExp(std::span<const float> x, float mx) {
 // hundred pops and pushes at n = 40) was slower: one thread, 64 rows of 100,512 normal logits at
 // top-k 40, top-p 0.95, with the chosen token's logprob, 73-83 -> 59-69 us per row (47 -> 34
 // without the logprob), the same tokens.
-std::vector<int32_t> TopIds(std::span<const float> l, size_t n) {
+std::vector<int32_t> TopIds(std::span<const float> l, size_t n, RowMaxima& row) {
   n = std::min(n, l.size());
   std::vector<int32_t> ids;
   if (n == 0) return ids;
   auto better = [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
   const size_t runs = l.size() / kRun;
   if (runs >= n) {
-    thread_local std::vector<float> maxima, ranked;
-    if (maxima.size() < runs) maxima.resize(runs);
-    RunMaxima(l.first(runs * kRun), maxima.data());
+    thread_local std::vector<float> ranked;
+    const std::span<const float> maxima = row.Runs();
     // The n largest maxima on a min-heap (std::nth_element over all of them was three times
     // slower: it partitions every maximum several times; the heap sees most of them once).
     ranked.assign(maxima.begin(), maxima.begin() + static_cast<std::ptrdiff_t>(n));
@@ -413,8 +502,9 @@ int32_t DrawWholeRow(std::span<const float> l, const SamplingParams& p, double u
 
 // Probability of each token under temperature, top-k, min-p and top-p, then the token whose
 // cumulative mass first exceeds u. Candidates are ordered by scaled logit (ties: lower id first);
-// with no filters the draw walks ids in order, which needs no sort. top = MaxOf(l).
-int32_t Draw(std::span<const float> l, const SamplingParams& p, double u, float top) {
+// with no filters the draw walks ids in order, which needs no sort. row: l's maxima.
+int32_t Draw(std::span<const float> l, const SamplingParams& p, double u, RowMaxima& row) {
+  const float top = row.Top();
   const size_t V = l.size();
   const float inv_t = 1.0f / p.temperature;
   const bool filtered =
@@ -436,7 +526,7 @@ int32_t Draw(std::span<const float> l, const SamplingParams& p, double u, float 
   // The normaliser covers every kept token; ordering is needed only as far as the filters look.
   // Take the best 1024 first; without top-k, top-p or min-p may look past them (a flat
   // distribution), and then the row is drawn from by mass instead.
-  const std::vector<int32_t> order = TopIds(l, keep == V ? std::min(V, size_t{1024}) : keep);
+  const std::vector<int32_t> order = TopIds(l, keep == V ? std::min(V, size_t{1024}) : keep, row);
   double total = 0.0;
   float* w = nullptr;  // every weight, kept for the whole row's draw
   if (keep == V) {
@@ -508,20 +598,21 @@ TokenChoice SampleToken(std::span<const float> logits, const SamplingParams& p,
     ApplyPenalties(adjusted, p, prompt, output);
     l = adjusted;
   }
-  std::optional<float> top;  // MaxOf(l) once the draw has it; the logprobs may reuse it
+  RowMaxima row(l);
   // A temperature so small that 1 / temperature overflows (under about 3e-39) is greedy: every
   // other token's weight is 0 there anyway, and the draw's (x - top) / t would be inf * 0 = NaN.
   if (p.temperature <= 0.0f || !std::isfinite(1.0f / p.temperature)) {
     choice.token = ArgMax(l);
   } else {
-    top = MaxOf(l);
-    choice.token = Draw(l, p, UniformAt(p.seed, index), *top);
+    choice.token = Draw(l, p, UniformAt(p.seed, index), row);
   }
   if (p.want_logprobs || p.logprobs > 0) {
-    // Without penalties l is the raw row: its maximum, when the draw took it, is the one needed.
-    const double lse = LogSumExp(logits, !penalised && top ? *top : MaxOf(logits));
+    // The normaliser and alternatives are the raw row's: l's maxima unless penalties changed l.
+    std::optional<RowMaxima> raw;
+    RowMaxima& r = penalised ? raw.emplace(logits) : row;
+    const double lse = LogSumExp(logits, r.Top());
     choice.logprob = static_cast<float>(logits[choice.token] - lse);
-    for (int32_t id : TopIds(logits, static_cast<size_t>(std::max(0, p.logprobs)))) {
+    for (int32_t id : TopIds(logits, static_cast<size_t>(std::max(0, p.logprobs)), r)) {
       choice.top.emplace_back(id, static_cast<float>(logits[id] - lse));
     }
   }

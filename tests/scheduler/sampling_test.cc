@@ -179,6 +179,31 @@ TEST(Sampling, LargeVocabularyTopP) {
   EXPECT_EQ(c.token, SampleToken(l, p, {}, {}, 7).token);
 }
 
+// Penalties change the draw, not what is reported: the logprob and the alternatives are the raw
+// row's (its own maximum and run maxima, not the penalised row's), on a row long enough for the
+// alternatives to come from run maxima.
+TEST(Sampling, PenalisedDrawsReportTheRawRowsLogprobs) {
+  std::vector<float> l(1000);
+  for (size_t i = 0; i < l.size(); ++i) l[i] = static_cast<float>(std::sin(i * 0.37));
+  l[700] = 6.0f;  // the raw best, penalised below every other token
+  l[300] = 5.0f;
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.presence_penalty = 10.0f;
+  p.logprobs = 2;
+  const std::vector<int32_t> out = {700};
+  const TokenChoice c = SampleToken(l, p, {}, out, 0);
+  EXPECT_EQ(c.token, 300);
+  double z = 0.0;
+  for (float v : l) z += std::exp(v - 6.0);
+  const double lse = 6.0 + std::log(z);
+  EXPECT_NEAR(c.logprob, 5.0 - lse, 1e-6);
+  ASSERT_EQ(c.top.size(), 2u);
+  EXPECT_EQ(c.top[0].first, 700);
+  EXPECT_NEAR(c.top[0].second, 6.0 - lse, 1e-6);
+  EXPECT_EQ(c.top[1].first, 300);
+}
+
 // The sampler against its definition, written plainly: every probability in double from libm's
 // exp, the whole vocabulary sorted, filters applied in order. Rows of 100k logits with a realistic
 // spread. Draws must agree exactly (a draw could only differ where u lands within float rounding
