@@ -135,11 +135,13 @@ inline __attribute__((always_inline)) void AddWidened(const Floats16& v, Doubles
 
 // w[i] = exp((x[i] - top) * scale) (top >= every x[i]; w may be null when only the sum is
 // wanted); returns the sum by blocks (block_sums, when given, receives each block's sum). One pass,
-// 128 values a step: their exps added in float as a tree of eight vectors (three roundings deep:
-// relative error under 2e-7, about the exps' own), each lane's sum then widened into double
-// accumulators. Exps into a buffer, then every value widened and added on one double accumulator
+// 128 values a step into double accumulators. With w, every value is widened and added in double:
+// the draws walk w adding in double, and their totals and block sums must agree with that walk.
+// Without w (the logprobs' normaliser) the 128 exps are first added in float as a tree of eight
+// vectors (three roundings deep: relative error under 2e-7, about the exps' own) and each lane's
+// sum widened. Exps into a buffer, then every value widened and added on one double accumulator
 // (an add's latency per 8 values, and GCC widens 8 floats in three instructions) took 72-75 us a
-// row where this takes 61 (RowMaxima's rows and draws).
+// row where this takes 61 (the probe of RowMaxima's comment).
 KIMI_ROW_LOOP double ExpRow(std::span<const float> x, float top, float scale, float* w,
                             std::vector<double>* block_sums) {
   double total = 0.0;
@@ -155,7 +157,12 @@ KIMI_ROW_LOOP double ExpRow(std::span<const float> x, float top, float scale, fl
         ExpNonPositive16(v[h]);
         if (w) std::memcpy(w + i + 16 * h, &v[h], sizeof v[h]);
       }
-      AddWidened(((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])), acc[0], acc[1]);
+      if (w) {
+        for (int h = 0; h < 8; ++h) AddWidened(v[h], acc[0], acc[1]);
+      } else {
+        AddWidened(((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])), acc[0],
+                   acc[1]);
+      }
     }
     const Doubles8 all = acc[0] + acc[1];
     double lanes[8];
@@ -164,7 +171,8 @@ KIMI_ROW_LOOP double ExpRow(std::span<const float> x, float top, float scale, fl
     for (double v : lanes) sum += v;
     for (; i < e; i += 16) {  // the last values of the row, up to 16 at a time
       const size_t n = std::min<size_t>(16, e - i);
-      float in[16] = {}, out[16];
+      float in[16], out[16];
+      std::fill_n(in, 16, top);  // lanes past the row: exp(0), never used
       std::copy_n(x.data() + i, n, in);
       Floats16 v;
       std::memcpy(&v, in, sizeof v);
