@@ -21,6 +21,19 @@ uint64_t Mix(uint64_t z) {
   return z ^ (z >> 31);
 }
 
+// ExpNonPositive's polynomial, for F = float or 16 lanes of it (ExpNonPositive16): p = exp(r).
+template <class F>
+inline __attribute__((always_inline)) void ExpTaylor7(const F& r, F& p) {
+  p = F{} + 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+}
+
 // exp(x) for x <= 0 in float: round-to-nearest range reduction x = n ln2 + r, |r| <= ln2/2, a
 // degree-7 Taylor polynomial (truncation error under 1e-8 relative) and 2^n from the exponent
 // bits; about 2 ulp in all. Written so the loops below vectorise without -ffast-math (libm's expf
@@ -32,14 +45,8 @@ inline float ExpNonPositive(float x) {
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   const float n = (x * 1.44269504088896341f + kRound) - kRound;
   const float r = (x - n * 0.693145751953125f) - n * 1.42860682030941723e-6f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
+  float p;
+  ExpTaylor7(r, p);
   // A NaN x (a NaN logit, or inf - inf) stays NaN through the clamp; its n converted to int was
   // undefined (INT_MIN on x86, and INT_MIN + 127 times 2^23 overflowed). p is NaN then, so 2^0
   // keeps the result NaN, as it was.
@@ -108,14 +115,8 @@ inline __attribute__((always_inline)) void ExpNonPositive16(Floats16& x) {
   const Floats16 t = x * 1.44269504088896341f + 12582912.0f;
   const Floats16 n = t - 12582912.0f;
   const Floats16 r = (x - n * 0.693145751953125f) - n * 1.42860682030941723e-6f;
-  Floats16 p = Floats16{} + 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
+  Floats16 p;
+  ExpTaylor7(r, p);
   Uints16 bits;
   std::memcpy(&bits, &t, sizeof bits);
   bits = (bits - 0x4b400000u + 127u) << 23;
