@@ -125,6 +125,13 @@ inline __attribute__((always_inline)) void ExpNonPositive16(Floats16& x) {
   x = p * scale;
 }
 
+// The logits row the thread samples after the current one, if any (SampleToken's `next`): the
+// first pass of exps over the current row (ExpRow) prefetches it, line for line, and clears this.
+struct NextRow {
+  const float* data = nullptr;
+  size_t size = 0;
+};
+
 // Adds the 16 lanes of v, widened to double, to two accumulators of 8.
 inline __attribute__((always_inline)) void AddWidened(const Floats16& v, Doubles8& lo,
                                                       Doubles8& hi) {
@@ -143,14 +150,28 @@ inline __attribute__((always_inline)) void AddWidened(const Floats16& v, Doubles
 // sum widened. Exps into a buffer, then every value widened and added on one double accumulator
 // (an add's latency per 8 values, and GCC widens 8 floats in three instructions) took 72-75 us a
 // row where this takes 61 (the probe of RowMaxima's comment).
+//
+// With `next`, each step also prefetches (into L2) the same 128 values' lines of the next row and
+// `next` is cleared: that row's first pass (RowMaxima) then finds it in cache. In the engine loop
+// the rows were just written by the LM head and have left the caches (25.7 MB at batch 64), and one
+// thread's first pass over a row read it at about 12 GB/s while nothing else ran; these exps are
+// compute-bound, so the next row's read fits beside them. Prefetched during the row's first pass
+// instead (where the row's own read already waits on memory), or all at once when the row starts,
+// it did not help (see SampleToken).
 KIMI_ROW_LOOP double ExpRow(std::span<const float> x, float top, float scale, float* w,
-                            std::vector<double>* block_sums) {
+                            std::vector<double>* block_sums, NextRow* next = nullptr) {
+  const float* ahead = next ? next->data : nullptr;
+  const size_t ahead_size = ahead ? next->size : 0;
+  if (next) *next = NextRow{};
   double total = 0.0;
   for (size_t b = 0; b < x.size(); b += kBlock) {
     const size_t e = std::min(x.size(), b + kBlock);
     Doubles8 acc[2] = {};
     size_t i = b;
     for (; i + 128 <= e; i += 128) {
+      if (i + 128 <= ahead_size) {
+        for (int h = 0; h < 8; ++h) __builtin_prefetch(ahead + i + 16 * h, 0, 2);
+      }
       Floats16 v[8];
       for (int h = 0; h < 8; ++h) {
         std::memcpy(&v[h], x.data() + i + 16 * h, sizeof v[h]);
@@ -198,8 +219,8 @@ float* Scratch(size_t n) {
 }
 
 // log of the raw row's softmax normaliser: logprob(t) = x[t] - LogSumExp(x); mx = MaxOf(x).
-double LogSumExp(std::span<const float> x, float mx) {
-  return mx + std::log(ExpRow(x, mx, 1.0f, nullptr, nullptr));
+double LogSumExp(std::span<const float> x, float mx, NextRow* next) {
+  return mx + std::log(ExpRow(x, mx, 1.0f, nullptr, nullptr, next));
 }
 
 // A row's run maxima (RunMaxima: TopIds' bound) and its largest value, from one pass over the
@@ -511,8 +532,10 @@ int32_t DrawWholeRow(std::span<const float> l, const SamplingParams& p, double u
 
 // Probability of each token under temperature, top-k, min-p and top-p, then the token whose
 // cumulative mass first exceeds u. Candidates are ordered by scaled logit (ties: lower id first);
-// with no filters the draw walks ids in order, which needs no sort. row: l's maxima.
-int32_t Draw(std::span<const float> l, const SamplingParams& p, double u, RowMaxima& row) {
+// with no filters the draw walks ids in order, which needs no sort. row: l's maxima; next: see
+// ExpRow.
+int32_t Draw(std::span<const float> l, const SamplingParams& p, double u, RowMaxima& row,
+             NextRow* next) {
   const float top = row.Top();
   const size_t V = l.size();
   const float inv_t = 1.0f / p.temperature;
@@ -521,7 +544,7 @@ int32_t Draw(std::span<const float> l, const SamplingParams& p, double u, RowMax
   if (!filtered) {
     float* w = Scratch(V);
     std::vector<double> blocks;
-    const double target = u * ExpRow(l, top, inv_t, w, &blocks);
+    const double target = u * ExpRow(l, top, inv_t, w, &blocks, next);
     double acc = 0.0;
     size_t b = 0;
     while (b + 1 < blocks.size() && !(target < acc + blocks[b])) acc += blocks[b++];
@@ -540,7 +563,7 @@ int32_t Draw(std::span<const float> l, const SamplingParams& p, double u, RowMax
   float* w = nullptr;  // every weight, kept for the whole row's draw
   if (keep == V) {
     w = Scratch(V);
-    total = ExpRow(l, top, inv_t, w, nullptr);
+    total = ExpRow(l, top, inv_t, w, nullptr, next);
   } else {
     for (size_t i = 0; i < keep; ++i) total += ExpNonPositive((l[order[i]] - top) * inv_t);
   }
@@ -596,8 +619,15 @@ double UniformAt(uint64_t seed, uint64_t index) {
 
 TokenChoice SampleToken(std::span<const float> logits, const SamplingParams& p,
                         std::span<const int32_t> prompt, std::span<const int32_t> output,
-                        uint64_t index) {
+                        uint64_t index, std::span<const float> next) {
   TokenChoice choice;
+  // The next row rides on this row's first ExpRow (the draw's, without top-k, else the
+  // logprobs'); a row sampled with neither takes no prefetch. One thread, 64 rows of a batch-64
+  // k3-mini step's logits (top-k 40, top-p 0.95, the chosen token's logprob) read from memory (a
+  // 640 MB read before each round; two threads, 32 rows each, as the engine loop samples them):
+  // 36-38 us a row against 42-46 without (the same rows in cache: 27). Prefetching the next row
+  // during this row's first pass instead: 40-43; all of it when the row starts: 46-50.
+  NextRow ahead{next.data(), next.size()};
   const bool penalised = (p.repetition_penalty != 1.0f && p.repetition_penalty > 0.0f) ||
                          p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
   std::vector<float> adjusted;
@@ -613,13 +643,13 @@ TokenChoice SampleToken(std::span<const float> logits, const SamplingParams& p,
   if (p.temperature <= 0.0f || !std::isfinite(1.0f / p.temperature)) {
     choice.token = ArgMax(l);
   } else {
-    choice.token = Draw(l, p, UniformAt(p.seed, index), row);
+    choice.token = Draw(l, p, UniformAt(p.seed, index), row, &ahead);
   }
   if (p.want_logprobs || p.logprobs > 0) {
     // The normaliser and alternatives are the raw row's: l's maxima unless penalties changed l.
     std::optional<RowMaxima> raw;
     RowMaxima& r = penalised ? raw.emplace(logits) : row;
-    const double lse = LogSumExp(logits, r.Top());
+    const double lse = LogSumExp(logits, r.Top(), &ahead);
     choice.logprob = static_cast<float>(logits[choice.token] - lse);
     for (int32_t id : TopIds(logits, static_cast<size_t>(std::max(0, p.logprobs)), r)) {
       choice.top.emplace_back(id, static_cast<float>(logits[id] - lse));

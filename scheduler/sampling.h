@@ -32,10 +32,11 @@ struct TokenChoice {
 
 // Draws the next token from one logits row. `prompt` and `output` are the request's tokens so far
 // (for penalties); `index` is the number of tokens this request has drawn before (the random
-// stream position).
+// stream position). `next`, if given, is the row the calling thread samples after this one: it is
+// prefetched while this row is worked on (a hint only: the result never depends on it).
 TokenChoice SampleToken(std::span<const float> logits, const SamplingParams& p,
                         std::span<const int32_t> prompt, std::span<const int32_t> output,
-                        uint64_t index);
+                        uint64_t index, std::span<const float> next = {});
 
 // Uniform [0, 1) from (seed, index): a stateless hash, so draws never depend on call order.
 double UniformAt(uint64_t seed, uint64_t index);

@@ -236,17 +236,25 @@ std::vector<RequestEvent> Scheduler::Update(StepPlan& plan, const StepOutput& ou
   }
   // Rows are sampled in parallel on the kernels' pool (idle between engine steps, and called from
   // the engine thread as its contract asks): each draw depends only on its own request, so the
-  // split cannot change a token.
+  // split cannot change a token. Each thread names the row it samples next, which SampleToken
+  // prefetches while it works on the current one.
   const int64_t n = static_cast<int64_t>(plan.seqs.size());
+  const size_t vocab = static_cast<size_t>(out.vocab);
+  const auto row_of = [&](int64_t i) {
+    return std::span<const float>(out.logits.data() + out.first_row[i] * out.vocab, vocab);
+  };
   std::vector<TokenChoice> choices(plan.seqs.size());
   cpu::ParallelFor(n, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      if (!plan.seqs[i].sample) continue;
+    int64_t i = begin;
+    while (i < end && !plan.seqs[i].sample) ++i;
+    while (i < end) {
+      int64_t next = i + 1;
+      while (next < end && !plan.seqs[next].sample) ++next;
       const Request& r = *plan.seqs[i].request;
-      const float* row = out.logits.data() + out.first_row[i] * out.vocab;
-      choices[i] = SampleToken({row, static_cast<size_t>(out.vocab)}, r.spec.sampling,
-                               r.spec.prompt, r.output_ids,
-                               static_cast<uint64_t>(r.output_ids.size()));
+      choices[i] = SampleToken(row_of(i), r.spec.sampling, r.spec.prompt, r.output_ids,
+                               static_cast<uint64_t>(r.output_ids.size()),
+                               next < end ? row_of(next) : std::span<const float>());
+      i = next;
     }
   });
   for (size_t i = 0; i < plan.seqs.size(); ++i) {

@@ -179,6 +179,38 @@ TEST(Sampling, LargeVocabularyTopP) {
   EXPECT_EQ(c.token, SampleToken(l, p, {}, {}, 7).token);
 }
 
+// The next row named to SampleToken is a prefetch hint: every kind of draw (unfiltered, top-p
+// over the whole row, top-k, greedy), with and without logprobs and alternatives, gives the same
+// choice with it as without, whether the next row is longer, shorter or empty.
+TEST(Sampling, TheNextRowChangesNothing) {
+  std::mt19937 rng(41);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> row(50000), longer(70000), shorter(333);
+  for (auto* v : {&row, &longer, &shorter}) {
+    for (float& x : *v) x = normal(rng);
+  }
+  for (int kind = 0; kind < 4; ++kind) {
+    for (const bool logprobs : {false, true}) {
+      SamplingParams p;
+      p.seed = 5;
+      if (kind == 0) p.temperature = 0.0f;
+      if (kind == 2) p.top_p = 0.9f;
+      if (kind == 3) p.top_k = 40;
+      p.want_logprobs = logprobs;
+      p.logprobs = logprobs ? 5 : 0;
+      for (uint64_t index = 0; index < 20; ++index) {
+        const TokenChoice want = SampleToken(row, p, {}, {}, index);
+        for (const auto* next : {&longer, &shorter, &row}) {
+          const TokenChoice got = SampleToken(row, p, {}, {}, index, *next);
+          ASSERT_EQ(got.token, want.token) << kind << " " << index;
+          ASSERT_EQ(got.logprob, want.logprob) << kind << " " << index;
+          ASSERT_EQ(got.top, want.top) << kind << " " << index;
+        }
+      }
+    }
+  }
+}
+
 // Penalties change the draw, not what is reported: the logprob and the alternatives are the raw
 // row's (the alternatives from its own run maxima, not the penalised row's: the row is long enough
 // for TopIds to use them).
