@@ -69,6 +69,11 @@ float Element(const Weight& w, int64_t r, int64_t i) {
       const uint8_t byte = codes[group + PairsCodeByte(j, i / 32, i % 32)];
       return kE2m1[j % 2 ? byte >> 4 : byte & 0xf] * scale;
     }
+    if (w.layout == PackLayout::kTiles) {
+      const int64_t group = (r / kTileRows) * kTileRows * (k / 2);
+      const CodeNibble at = TilesCodeNibble(r % kTileRows, i / 32, i % 32);
+      return kE2m1[(codes[group + at.byte] >> at.shift) & 0xf] * scale;
+    }
     const uint8_t byte = codes[PackedUnit(w, r, i, 16)];
     return kE2m1[(i & 1) ? byte >> 4 : byte & 0xf] * scale;
   }
@@ -286,11 +291,13 @@ Route RouteFor(const Kernels* kernels, bool bf16_mode, const Weight& w) {
   if (tiles && !kernels->range_tiles) {
     return {matmul_internal::ScalarKernels()->range, XForm::kPermuted};
   }
-  // With AMX every bf16 weight of whole blocks takes the tile kernels, packed or not, so a result
-  // does not depend on whether its weight was packed (copied) or memory-mapped, nor on a shard's
-  // rows.
-  if (tiles ||
-      (kernels->range_tiles && !w.packed && w.format == WeightFormat::kBF16 && w.cols % 32 == 0)) {
+  // With AMX every bf16 or MXFP4 weight of whole blocks takes the tile kernels, packed or not, so
+  // a result does not depend on whether its weight was packed (copied) or memory-mapped, nor on a
+  // shard's rows. (An MXFP4 weight with a scale outside [kTilesMinScale, kTilesMaxScale] is never
+  // packed as tiles; unpacked, its values below 2^-126 count as zero there: the tile unit reads
+  // bf16 subnormals so.)
+  const bool tile_format = w.format == WeightFormat::kBF16 || w.format == WeightFormat::kMxfp4;
+  if (tiles || (kernels->range_tiles && !w.packed && tile_format && w.cols % 32 == 0)) {
     return bf16_mode ? Route{kernels->range_tiles_bf16, XForm::kBf16}
                      : Route{kernels->range_tiles, XForm::kBf16x3};
   }
@@ -425,14 +432,14 @@ void RunMatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_
   thread_local uint64_t converted_serial = 0;  // the call whose x this thread's buffers hold
   const bool private_x = m * kp <= kMaxPrivateXFloats;
   // Rows [begin, end) of x into xp / xb / xt (the calling thread's buffers or the caller's).
-  const int64_t plane = m * kp;  // xt: three planes of [m, kp]
+  const int64_t split_size = 3 * m * kp;  // xt: [m][3][kp]
   const auto convert = [&](float* xp, uint16_t* xb, uint16_t* xt, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       if (need_f32) matmul_internal::PermuteRow(xp + i * kp, x + i * ldx, k, kp);
       if (need_bf16) matmul_internal::RoundRowToBf16(xb + i * kp, x + i * ldx, k, kp);
       if (need_split) {
-        matmul_internal::SplitRowToBf16x3(xt + i * kp, xt + plane + i * kp, xt + 2 * plane + i * kp,
-                                          x + i * ldx, k, kp);
+        matmul_internal::SplitRowToBf16x3(xt + 3 * i * kp, xt + (3 * i + 1) * kp,
+                                          xt + (3 * i + 2) * kp, x + i * ldx, k, kp);
       }
     }
   };
@@ -443,7 +450,7 @@ void RunMatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_
   if (!private_x) {
     shared_xp = need_f32 ? CacheLineAligned(xp_buffer, m * kp) : nullptr;
     shared_xb = need_bf16 ? CacheLineAligned(xb_buffer, m * kp) : nullptr;
-    shared_xt = need_split ? CacheLineAligned(xt_buffer, 3 * plane) : nullptr;
+    shared_xt = need_split ? CacheLineAligned(xt_buffer, split_size) : nullptr;
     ParallelFor(m, std::max<int64_t>(1, kMinPermuteFloats / kp), [&](int64_t begin, int64_t end) {
       convert(shared_xp, shared_xb, shared_xt, begin, end);
     });
@@ -477,7 +484,7 @@ void RunMatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_
     if (private_x) {
       float* own_xp = need_f32 ? CacheLineAligned(xp_buffer, m * kp) : nullptr;
       uint16_t* own_xb = need_bf16 ? CacheLineAligned(xb_buffer, m * kp) : nullptr;
-      uint16_t* own_xt = need_split ? CacheLineAligned(xt_buffer, 3 * plane) : nullptr;
+      uint16_t* own_xt = need_split ? CacheLineAligned(xt_buffer, split_size) : nullptr;
       if (converted_serial != serial) {
         convert(own_xp, own_xb, own_xt, 0, m);
         converted_serial = serial;

@@ -1,6 +1,7 @@
-// MatMul kernels for AMX (Intel's tile matrix unit, BF16): bf16 weights of whole 32-column blocks,
-// packed as kTiles (kernels/cpu/pack.h) or unpacked (transposed into tiles on the fly, the same
-// bits); every other weight through the AVX-512 kernels.
+// MatMul kernels for AMX (Intel's tile matrix unit, BF16): bf16 and MXFP4 weights of whole
+// 32-column blocks, packed as kTiles (kernels/cpu/pack.h) or unpacked (made into tiles on the fly,
+// the same bits); every other weight through the AVX-512 kernels. MXFP4 enters as its exact bf16
+// values (Mxfp4TilesRange, below, has its own order of sums).
 //
 // One TDPBF16PS multiplies a tile of up to 16 x rows by 32 columns (bf16, natural order) with a
 // kTiles block of 16 weight rows (the block transposed by column pairs, as the instruction wants
@@ -97,6 +98,23 @@ void Configure(int rows0, int rows1) {
 
 // Accumulator tile t (0..3) to dst, `stride` bytes between rows (the tile intrinsics take their
 // tile number as a literal).
+inline void ZeroAccumulator(int t) {
+  switch (t) {
+    case 0:
+      _tile_zero(0);
+      return;
+    case 1:
+      _tile_zero(1);
+      return;
+    case 2:
+      _tile_zero(2);
+      return;
+    default:
+      _tile_zero(3);
+      return;
+  }
+}
+
 inline void StoreAccumulator(int t, float* dst, int64_t stride) {
   switch (t) {
     case 0:
@@ -178,6 +196,8 @@ inline void TileOfRowMajor(const uint16_t* w, int64_t cols, int64_t rows, int64_
 // GFLOP/s. At 32 x rows farther was not better: the batch-32 lm_head of kimi-linear-small (100512 x
 // 1024, --matmul_profile) took 9.6 / 10.0 / 10.5 ms at 2 / 4 / 8 KiB.
 constexpr int64_t kPrefetchBytes = 2048;
+// How far ahead of its decode an MXFP4 weight's codes are prefetched (the MXFP4 probe's distance).
+constexpr int64_t kMxfp4PrefetchBytes = 4096;
 // Lines of the side prefetch a block (a tile product of 48 cycles or more at fp32).
 constexpr int kSideLines = 4;
 
@@ -192,8 +212,9 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
   const auto* data = static_cast<const uint16_t*>(w.data);
   const int64_t kp = p.kp, nb = kp / 32, group = kTileRows * kp;  // uint16 units per group
   alignas(64) uint16_t transposed[2][512];
+  // x row i's term t (p.xt: [m][3][kp]; p.xb: [m][kp]) at x + (i * kTerms + t) * kp.
   const uint16_t* x = kTerms == 1 ? p.xb : p.xt;
-  const int64_t plane = p.m * kp, x_stride = kp * 2;
+  const int64_t x_stride = kTerms * kp * 2;
   // More than one pair of x tiles re-reads the weight once a pair: in chunks of up to 512 KiB of
   // tiles (L2 holds 2 MiB a core on the Xeon host), each read from memory once and then from L2 by
   // every pair. Without the chunks 64 rows through a 100512 x 1024 lm_head (200 MB, packed)
@@ -220,8 +241,8 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
         Configure(rows0, rows1);
         configured = rows0 * 32 + rows1;
       }
-      const uint16_t* x0 = x + i0 * kp;
-      const uint16_t* x1 = x0 + 16 * kp;
+      const uint16_t* x0 = x + i0 * kTerms * kp;
+      const uint16_t* x1 = x0 + 16 * kTerms * kp;
       float* y0 = p.y + i0 * p.ldy;
       float* y1 = y0 + 16 * p.ldy;
       for (int64_t g = g0; g < g1; g += 2) {
@@ -258,11 +279,11 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
           KIMI_TILE_LOAD(6, tile0, 64);
           if (two) KIMI_TILE_LOAD(7, tile1, 64);
           for (int t = 0; t < kTerms; ++t) {
-            KIMI_TILE_LOAD(4, x0 + t * plane + b * 32, x_stride);
+            KIMI_TILE_LOAD(4, x0 + t * kp + b * 32, x_stride);
             _tile_dpbf16ps(0, 4, 6);
             if (two) _tile_dpbf16ps(1, 4, 7);
             if (rows1) {
-              KIMI_TILE_LOAD(5, x1 + t * plane + b * 32, x_stride);
+              KIMI_TILE_LOAD(5, x1 + t * kp + b * 32, x_stride);
               _tile_dpbf16ps(2, 5, 6);
               if (two) _tile_dpbf16ps(3, 5, 7);
             }
@@ -282,10 +303,239 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
   _tile_release();
 }
 
+// --- MXFP4 weights packed as kTiles ---
+//
+// A block of a group's 16 rows becomes one bf16 tile, decoded with vector instructions a few steps
+// ahead of the tile loads that read it (a ring of buffers, so a load never waits on the stores that
+// wrote its tile): each 64-byte chunk holds four tile rows' codes (TilesCodeNibble), a word's low
+// bits indexing a table of the E2M1 values (vpermw), and each nonzero value takes its row's
+// s - 127 on its bf16 exponent: the exact product E2M1 x 2^(s - 127) (kTilesMinScale). With fp32
+// activations the three terms of each x row are three rows of the x tile (five x rows a tile), each
+// accumulating its own sums block after block, and are added at the end, (hi + mid) + lo: one
+// instruction a block where the bf16 kernel's order takes three. The decode is the cost (the tile
+// unit idles half the time at one x row), so more x rows cost almost nothing. One thread, K3's
+// expert shape 512 x 256 in L2, against the AVX-512 kernel: 1.00-1.07x the time at one x row, 0.80
+// at two, 0.62 at three, 0.45 at five (4.4 / 4.6 / 4.9 / 6.0 us). Decoding into a tile a step ahead
+// of its load instead of just before it took one x row from 1.7x to 1.1x; a C tile a block, scaled
+// as fp32 when stored (no exponent arithmetic), 1.1-1.2x (each store waits for its product). In the
+// engine, alternated with the binary before (kimi-bench, two runs each): k3-mini batch 32 / 64
+// steps 44.3-44.6 / 76.1-81.9 ms -> 39.4-39.7 / 65.5-66.2, batch 1 23.8-23.9 -> 25.4-25.9 GB/s,
+// batch 8 level (19.5-19.9 ms), prefill.512 463-474 -> 358-379 ms; matvec.mxfp4 (one 34 MB
+// matrix, one row, both threads) 30.0-33.0 -> 25.9-27.3 GB/s: on a stream that long the AVX-512
+// kernel reads faster than this one decodes. An expert's 7168 x 2048 or 2048 x 7168 (16 of each,
+// cycled) took 0.83-0.86x the AVX-512 kernel's time, one row, both threads.
+//
+// Summation order: output (i, n) is, for each term, one fp32 accumulator taking the blocks in turn
+// (each a TDPBF16PS over the block's 16 pairs), the terms then added as above. It depends on K
+// alone: x rows, thread split and ranges change no bit.
+
+// E2M1 code -> bf16, entries c and c + 16 alike (vpermw reads five index bits; the fifth is the
+// next code's lowest).
+struct alignas(64) E2m1Bf16Table {
+  uint16_t v[32];
+  E2m1Bf16Table() : v() {
+    constexpr float kMagnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    for (int c = 0; c < 32; ++c) {
+      const float value = (c & 8 ? -1.0f : 1.0f) * kMagnitude[c & 7];
+      uint32_t bits;
+      std::memcpy(&bits, &value, sizeof bits);
+      v[c] = static_cast<uint16_t>(bits >> 16);  // exact: at most two significant bits
+    }
+  }
+};
+const E2m1Bf16Table kE2m1Bf16;
+
+// Block (g, b)'s tile: 16 rows of 16 pairs, from its 256 code bytes and 16 scales.
+inline void DecodeMxfp4Tile(const uint8_t* codes, const uint8_t* scales, uint16_t* tile,
+                            __m512i table) {
+  // Word 2j and 2j + 1 (row j's pair) of every tile row: (s_j - 127) << 7, on the exponent field.
+  const __m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
+  const __m512i adjust =
+      _mm512_sub_epi16(_mm512_or_si512(_mm512_slli_epi32(s, 7), _mm512_slli_epi32(s, 23)),
+                       _mm512_set1_epi16(127 << 7));
+  const __m512i magnitude = _mm512_set1_epi16(0x7fff);
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q) {
+    const __m512i chunk = _mm512_loadu_si512(codes + q * 64);
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; ++t) {
+      const __m512i index = t == 0 ? chunk : _mm512_srli_epi16(chunk, 4 * t);
+      const __m512i v = _mm512_permutexvar_epi16(index, table);
+      _mm512_store_si512(tile + (4 * q + t) * 32,
+                         _mm512_mask_add_epi16(v, _mm512_test_epi16_mask(v, magnitude), v, adjust));
+    }
+  }
+}
+
+// E2M1 x 2^(s - 127) as bf16 for every scale byte (exact: two significant bits; subnormal at
+// scales 0 and 1, which the tile unit reads as zero, and NaN at 255), entries c and c + 16 alike:
+// an unpacked weight's rows, each with its own scale.
+struct ScaledE2m1Bf16Table {
+  alignas(64) uint16_t v[256][32];
+  ScaledE2m1Bf16Table() : v() {
+    for (int s = 0; s < 256; ++s) {
+      for (int c = 0; c < 32; ++c) {
+        const float value = kE2m1[c % 16] * kE8m0[s];
+        uint32_t bits;
+        std::memcpy(&bits, &value, sizeof bits);
+        v[s][c] = static_cast<uint16_t>(bits >> 16);
+      }
+    }
+  }
+};
+const ScaledE2m1Bf16Table kScaledE2m1Bf16;
+
+// Block b of rows [r0, r0 + 16) of a row-major MXFP4 weight (rows past `rows` zero) as the tile a
+// packed weight decodes to, for scales in [kTilesMinScale, kTilesMaxScale]: each row's codes
+// decoded with its scale's table into its 16 pairs (word 2J + q = element 2J + q: one dword a
+// pair), then the 16 rows transposed so that tile row J holds every row's pair J.
+inline void Mxfp4TileOfRowMajor(const uint8_t* codes, const uint8_t* scales, int64_t cols,
+                                int64_t rows, int64_t r0, int64_t b, uint16_t* tile) {
+  __m512i v[16];
+  for (int j = 0; j < 16; ++j) {
+    const int64_t r = r0 + j;
+    if (r >= rows) {
+      v[j] = _mm512_setzero_si512();
+      continue;
+    }
+    const __m512i c = _mm512_cvtepu8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + r * (cols / 2) + b * 16)));
+    v[j] =
+        _mm512_permutexvar_epi16(_mm512_or_si512(c, _mm512_slli_epi32(c, 12)),
+                                 _mm512_load_si512(kScaledE2m1Bf16.v[scales[r * (cols / 32) + b]]));
+  }
+  Transpose16(v);
+  for (int j = 0; j < 16; ++j) _mm512_store_si512(tile + j * 32, v[j]);
+}
+
+// The x tiles of one step against weight tile B (6 or 7; the tile instructions take literal tile
+// numbers): x row tiles 0 .. nt-1 (all but the last full, loaded into tile 4; the last into tile
+// 5), their sums into accumulators 0 .. nt-1.
+#define KIMI_MXFP4_PRODUCTS(B, a, stride, tile_elems, nt)       \
+  do {                                                          \
+    if ((nt) > 1) {                                             \
+      KIMI_TILE_LOAD(4, (a), (stride));                         \
+      _tile_dpbf16ps(0, 4, B);                                  \
+    }                                                           \
+    if ((nt) > 2) {                                             \
+      KIMI_TILE_LOAD(4, (a) + (tile_elems), (stride));          \
+      _tile_dpbf16ps(1, 4, B);                                  \
+    }                                                           \
+    if ((nt) > 3) {                                             \
+      KIMI_TILE_LOAD(4, (a) + 2 * (tile_elems), (stride));      \
+      _tile_dpbf16ps(2, 4, B);                                  \
+    }                                                           \
+    KIMI_TILE_LOAD(5, (a) + ((nt)-1) * (tile_elems), (stride)); \
+    if ((nt) == 1) _tile_dpbf16ps(0, 5, B);                     \
+    if ((nt) == 2) _tile_dpbf16ps(1, 5, B);                     \
+    if ((nt) == 3) _tile_dpbf16ps(2, 5, B);                     \
+    if ((nt) == 4) _tile_dpbf16ps(3, 5, B);                     \
+  } while (false)
+
+// y[i, n] for every i < m and n in [n0, n1) of an MXFP4 weight, packed as kTiles or not (its tiles
+// then made from its rows, Mxfp4TileOfRowMajor: the same bits); kTerms as TilesRange's. Groups
+// straddling n0 or n1 are computed whole and stored in part.
+template <int kTerms, bool kPacked>
+void Mxfp4TilesRange(const Problem& p, int64_t n0, int64_t n1) {
+  const Weight& w = *p.w;
+  const auto* codes = static_cast<const uint8_t*>(w.data);
+  const int64_t kp = p.kp, nb = kp / 32;
+  const uint16_t* x = kTerms == 1 ? p.xb : p.xt;
+  const int64_t x_stride = kp * 2;                  // bytes between x tile rows: (row, term) pairs
+  constexpr int64_t kRowsPerTile = 16 / kTerms;     // x rows an x tile holds
+  constexpr int64_t kChunkRows = 4 * kRowsPerTile;  // x rows at a time: four accumulators
+  // Steps (group, block) decode this many ahead of their tile loads, into a ring of kRing tiles.
+  constexpr int64_t kAhead = 2, kRing = 4;
+  alignas(64) uint16_t ring[kRing][512];
+  alignas(64) float sums[16 * 16];
+  const __m512i table = _mm512_load_si512(kE2m1Bf16.v);
+  const int64_t first_group = n0 / kTileRows, end_group = (n1 + kTileRows - 1) / kTileRows;
+  // More x rows than one chunk read each weight chunk of up to 512 KiB of codes once per chunk of
+  // x rows, from L2 after the first (as TilesRange's bf16 tiles).
+  const int64_t group_chunk = p.m <= kChunkRows
+                                  ? end_group - first_group
+                                  : std::max<int64_t>(1, (int64_t{512} << 10) / (nb * 256));
+  int configured = -1;
+  for (int64_t g0 = first_group; g0 < end_group; g0 += group_chunk) {
+    const int64_t g1 = std::min(end_group, g0 + group_chunk);
+    for (int64_t i0 = 0; i0 < p.m; i0 += kChunkRows) {
+      const int64_t rows = std::min(kChunkRows, p.m - i0);
+      const int nt = static_cast<int>((rows + kRowsPerTile - 1) / kRowsPerTile);
+      const int64_t last_rows = rows - (nt - 1) * kRowsPerTile;
+      if (configured != rows) {
+        TileConfig cfg;
+        for (int t = 0; t < nt; ++t) {
+          cfg.rows[t] = static_cast<uint8_t>(kTerms * (t + 1 < nt ? kRowsPerTile : last_rows));
+        }
+        if (nt > 1) cfg.rows[4] = static_cast<uint8_t>(kTerms * kRowsPerTile);
+        cfg.rows[5] = static_cast<uint8_t>(kTerms * last_rows);
+        cfg.rows[6] = cfg.rows[7] = 16;
+        for (int t = 0; t < 8; ++t) cfg.colsb[t] = cfg.rows[t] ? 64 : 0;
+        KIMI_TILE_CONFIG(&cfg);
+        configured = static_cast<int>(rows);
+      }
+      const uint16_t* xa = x + i0 * kTerms * kp;
+      const int64_t tile_elems = kRowsPerTile * kTerms * kp;
+      const int64_t steps = (g1 - g0) * nb;
+      const auto decode = [&](int64_t s) __attribute__((always_inline)) {
+        const int64_t unit = g0 * nb + s;  // (group, block) in the weight's order
+        if constexpr (kPacked) {
+          DecodeMxfp4Tile(codes + unit * 256, w.scales + unit * 16, ring[s % kRing], table);
+        } else {
+          Mxfp4TileOfRowMajor(codes, w.scales, w.cols, w.rows, unit / nb * kTileRows, unit % nb,
+                              ring[s % kRing]);
+        }
+      };
+      for (int64_t s = 0; s < std::min(kAhead, steps); ++s) decode(s);
+      int64_t s = 0;
+      for (int64_t g = g0; g < g1; ++g) {
+        for (int t = 0; t < nt; ++t) ZeroAccumulator(t);
+        for (int64_t b = 0; b < nb; ++b, ++s) {
+          if (s + kAhead < steps && kPacked) {
+            const char* ahead = reinterpret_cast<const char*>(codes + (g0 * nb + s) * 256);
+            for (int line = 0; line < 256; line += 64) {
+              _mm_prefetch(ahead + kMxfp4PrefetchBytes + line, _MM_HINT_T0);
+            }
+          }
+          if (s + kAhead < steps) decode(s + kAhead);
+          if (s % 2 == 0) {
+            KIMI_TILE_LOAD(6, ring[s % kRing], 64);
+            KIMI_MXFP4_PRODUCTS(6, xa + b * 32, x_stride, tile_elems, nt);
+          } else {
+            KIMI_TILE_LOAD(7, ring[s % kRing], 64);
+            KIMI_MXFP4_PRODUCTS(7, xa + b * 32, x_stride, tile_elems, nt);
+          }
+        }
+        const int64_t first = g * kTileRows;
+        const int64_t c0 = n0 > first ? n0 - first : 0;
+        const int64_t c1 = n1 < first + kTileRows ? n1 - first : kTileRows;
+        for (int t = 0; t < nt; ++t) {
+          StoreAccumulator(t, sums, 64);
+          const int64_t tile_rows = t + 1 < nt ? kRowsPerTile : last_rows;
+          for (int64_t i = 0; i < tile_rows; ++i) {
+            const float* term = sums + i * kTerms * 16;
+            float* out = p.y + (i0 + t * kRowsPerTile + i) * p.ldy + first;
+            for (int64_t c = c0; c < c1; ++c) {
+              out[c] = kTerms == 1 ? term[c] : (term[c] + term[16 + c]) + term[32 + c];
+            }
+          }
+        }
+      }
+    }
+  }
+  _tile_release();
+}
+
 void TilesRangeF32(const Problem& p, int64_t n0, int64_t n1) {
+  if (p.w->format == WeightFormat::kMxfp4) {
+    return p.w->packed ? Mxfp4TilesRange<3, true>(p, n0, n1) : Mxfp4TilesRange<3, false>(p, n0, n1);
+  }
   p.w->packed ? TilesRange<3, true>(p, n0, n1) : TilesRange<3, false>(p, n0, n1);
 }
 void TilesRangeBf16(const Problem& p, int64_t n0, int64_t n1) {
+  if (p.w->format == WeightFormat::kMxfp4) {
+    return p.w->packed ? Mxfp4TilesRange<1, true>(p, n0, n1) : Mxfp4TilesRange<1, false>(p, n0, n1);
+  }
   p.w->packed ? TilesRange<1, true>(p, n0, n1) : TilesRange<1, false>(p, n0, n1);
 }
 

@@ -35,8 +35,8 @@ struct Problem {
   // Distinct for every MatMulMany call (0: unknown), so a kernel may keep a per-thread copy of x
   // in its own layout across the ranges of one call instead of converting it for each.
   uint64_t x_serial = 0;
-  // [3][m, kp]: fp32 activations split exactly into three bf16 terms (SplitRowToBf16x3), the
-  // planes hi, mid, lo one after another; for the AMX kernels' fp32 path.
+  // [m][3][kp]: fp32 activations split exactly into three bf16 terms (SplitRowToBf16x3), each
+  // row's hi, mid, lo one after another; for the AMX kernels' fp32 path.
   const uint16_t* xt = nullptr;
 };
 
@@ -55,9 +55,10 @@ struct Kernels {
   // ranges made of whole tiles need no narrower remainder tiles.
   int64_t tile_units_one = 1;
   int64_t tile_units_many = 1;
-  // bf16 weights packed as kTiles or unpacked with cols % 32 == 0 (AMX only; nullptr elsewhere,
-  // where kTiles weights take the scalar fallback): fp32 activations from p.xt, bf16 ones from
-  // p.xb. Their order is AMX's (matmul_amx.cc), not the canonical one; it too depends on K alone.
+  // bf16 weights packed as kTiles or unpacked with cols % 32 == 0, and MXFP4 ones packed as
+  // kTiles (AMX only; nullptr elsewhere, where kTiles weights take the scalar fallback): fp32
+  // activations from p.xt, bf16 ones from p.xb. Their order is AMX's (matmul_amx.cc), not the
+  // canonical one; it too depends on K alone.
   RangeFn range_tiles = nullptr;
   RangeFn range_tiles_bf16 = nullptr;
 };

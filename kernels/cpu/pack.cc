@@ -1,5 +1,6 @@
 #include "kernels/cpu/pack.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -18,7 +19,12 @@ Units DataUnits(const Weight& w, PackLayout layout) {
   const int64_t pair = w.format == WeightFormat::kBF16 ? 4 : 1;
   return layout == PackLayout::kBlocks ? Units{16 * pair, 1} : Units{pair, 16};
 }
-constexpr Units kScaleUnits{1, 1};  // one scale byte per block, in the block order of both layouts
+constexpr Units kScaleUnits{1, 1};  // one scale byte per block, in block order in every layout
+// Where the scales go: a group's rows block after block, in the layout's groups (16 rows for
+// kTiles, 8 for the others, whose scales all lie as kBlocks's).
+PackLayout ScaleLayout(PackLayout layout) {
+  return layout == PackLayout::kTiles ? PackLayout::kTiles : PackLayout::kBlocks;
+}
 
 // Where unit u of row j of a group goes, for `per_row` units per row.
 int64_t PackedUnit(PackLayout layout, int64_t j, int64_t u, int64_t per_row, int64_t block_units) {
@@ -88,10 +94,35 @@ void ReorderPairs(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t cols, 
   }
 }
 
+// kTiles MXFP4 codes: moves every nibble of `rows` rows of `cols` columns between the row-major
+// order and TilesCodeNibble's; packing when `pack`, else the inverse.
+void ReorderTileCodes(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t cols, bool pack) {
+  constexpr int64_t G = kTileRows;
+  const int64_t group_bytes = G * cols / 2;
+  std::memset(dst, 0, rows / G * group_bytes);
+  for (int64_t g = 0; g < rows / G; ++g) {
+    const uint8_t* in = src + g * group_bytes;
+    uint8_t* out = dst + g * group_bytes;
+    for (int64_t j = 0; j < G; ++j) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t row_major = j * cols / 2 + c / 2, row_major_shift = 4 * (c % 2);
+        const CodeNibble packed = TilesCodeNibble(j, c / 32, c % 32);
+        const int64_t from = pack ? row_major : packed.byte, to = pack ? packed.byte : row_major;
+        const int64_t from_shift = pack ? row_major_shift : packed.shift;
+        const int64_t to_shift = pack ? packed.shift : row_major_shift;
+        out[to] = static_cast<uint8_t>(out[to] | ((in[from] >> from_shift) & 0xf) << to_shift);
+      }
+    }
+  }
+}
+
 // Reorders `rows` rows of w's data from src to dst for `layout`.
 void ReorderData(const Weight& w, const uint8_t* src, uint8_t* dst, int64_t rows, PackLayout layout,
                  bool pack) {
   if (layout == PackLayout::kPairs) return ReorderPairs(src, dst, rows, w.cols, pack);
+  if (layout == PackLayout::kTiles && w.format == WeightFormat::kMxfp4) {
+    return ReorderTileCodes(src, dst, rows, w.cols, pack);
+  }
   Reorder(src, dst, rows, w.DataBytes() / w.rows, DataUnits(w, layout), layout, pack);
 }
 
@@ -100,7 +131,7 @@ void ReorderData(const Weight& w, const uint8_t* src, uint8_t* dst, int64_t rows
 PackLayout PreferredPackLayout(WeightFormat format) {
   switch (MatMulIsa()) {
     case Isa::kAmx:
-      return format == WeightFormat::kBF16 ? PackLayout::kTiles : PackLayout::kBlocks;
+      return PackLayout::kTiles;
     case Isa::kAvx2:
       return format == WeightFormat::kMxfp4 ? PackLayout::kPairs : PackLayout::kLanes;
     default:
@@ -110,14 +141,16 @@ PackLayout PreferredPackLayout(WeightFormat format) {
 
 bool LayoutFits(PackLayout layout, WeightFormat format) {
   if (layout == PackLayout::kPairs) return format == WeightFormat::kMxfp4;
-  if (layout == PackLayout::kTiles) return format == WeightFormat::kBF16;
   return true;
 }
 
 bool CanPack(const Weight& w, PackLayout layout) {
-  return (w.format == WeightFormat::kBF16 || w.format == WeightFormat::kMxfp4) && !w.packed &&
-         w.rows > 0 && w.rows % PackGroupRows(layout) == 0 && w.cols % 32 == 0 &&
-         LayoutFits(layout, w.format);
+  const bool shape = (w.format == WeightFormat::kBF16 || w.format == WeightFormat::kMxfp4) &&
+                     !w.packed && w.rows > 0 && w.rows % PackGroupRows(layout) == 0 &&
+                     w.cols % 32 == 0 && LayoutFits(layout, w.format);
+  if (!shape || layout != PackLayout::kTiles || w.format != WeightFormat::kMxfp4) return shape;
+  const auto [lo, hi] = std::minmax_element(w.scales, w.scales + w.ScaleBytes());
+  return *lo >= kTilesMinScale && *hi <= kTilesMaxScale;
 }
 
 void PackInPlace(Weight* w, PackLayout layout) {
@@ -134,7 +167,7 @@ void PackInPlace(Weight* w, PackLayout layout) {
   if (w->format == WeightFormat::kMxfp4) {
     auto* scales = const_cast<uint8_t*>(w->scales);
     const std::vector<uint8_t> copy(scales, scales + w->ScaleBytes());
-    Reorder(copy.data(), scales, w->rows, w->cols / 32, kScaleUnits, PackLayout::kBlocks,
+    Reorder(copy.data(), scales, w->rows, w->cols / 32, kScaleUnits, ScaleLayout(layout),
             /*pack=*/true);
   }
   w->packed = true;
@@ -150,7 +183,7 @@ void CopyRowMajor(const Weight& w, uint8_t* data, uint8_t* scales) {
   }
   ReorderData(w, src, data, w.rows, w.layout, /*pack=*/false);
   if (w.format == WeightFormat::kMxfp4) {
-    Reorder(w.scales, scales, w.rows, w.cols / 32, kScaleUnits, PackLayout::kBlocks,
+    Reorder(w.scales, scales, w.rows, w.cols / 32, kScaleUnits, ScaleLayout(w.layout),
             /*pack=*/false);
   }
 }

@@ -14,9 +14,11 @@
 // kPairs, MXFP4 only, for AVX2's byte-shuffle decode: block after block, G/2 runs of 32 bytes; run
 //   p holds rows 2p (low nibbles) and 2p + 1 (high nibbles), each row's 32 codes in the order the
 //   decode's in-lane unpacks produce canonical lanes (PairsCodeByte below).
-// kTiles, bf16 only, groups of G = kTileRows (16) rows, for AMX (matmul_amx.cc): block after block,
-//   the block transposed by pairs, one 1 KiB tile: lane after lane, the G rows' pair of that lane.
+// kTiles, groups of G = kTileRows (16) rows, for AMX (matmul_amx.cc): block after block, the block
+//   transposed by pairs, one tile: lane after lane, the G rows' pair of that lane.
 //   bf16:  element (g*G + j, 32b + 2J + q) at  g*G*cols + ((b*16 + J)*G + j)*2 + q   (uint16 units)
+//   MXFP4: a block's 512 codes in 256 bytes, four lanes to a 64-byte chunk (TilesCodeNibble);
+//   only when every scale is in [kTilesMinScale, kTilesMaxScale] (see there).
 // All: MXFP4 scale of (g*G + j, block b) at   g*G*nb + b*G + j                      (1 byte)
 //
 // A group fills exactly the bytes of its G rows in row-major order. Packing changes no value and no
@@ -39,17 +41,36 @@ constexpr int64_t PairsCodeByte(int64_t j, int64_t b, int64_t i) {
   return (b * (kPackRows / 2) + j / 2) * 32 + 8 * h + q + 2 * (lane % 4) + 16 * (lane / 4);
 }
 
+// kTiles MXFP4: the byte (from the start of its group) holding the code of element i (0..31) of
+// block b of row j (0..15), and the nibble's shift in it (0 or 4). Lane J = i / 2 of the block is
+// a tile row of 32 codes (row j's pair at words 2j, 2j + 1 of a 64-byte chunk); lanes 4q .. 4q + 3
+// share chunk q, lane J in bits 4 (J % 4) .. 4 (J % 4) + 3 of every 16-bit word, so one load and
+// three shifts give the codes of four tile rows, each word's low bits the index of its own.
+struct CodeNibble {
+  int64_t byte;
+  int shift;
+};
+constexpr CodeNibble TilesCodeNibble(int64_t j, int64_t b, int64_t i) {
+  const int64_t lane = i / 2, word = 2 * j + i % 2;
+  return {b * 256 + (lane / 4) * 64 + word * 2 + (lane % 4) / 2, static_cast<int>(4 * (lane % 2))};
+}
+
+// The scales an MXFP4 weight needs for kTiles: the AMX kernels scale a block's codes by adding
+// s - 127 to their bf16 exponents, exact while E2M1 x 2^(s - 127) stays a normal bf16 (0.5 x 2^-125
+// up to 6 x 2^125); the tile unit would read a subnormal as zero.
+inline constexpr int kTilesMinScale = 2, kTilesMaxScale = 252;
+
 // The layout this machine's MatMul kernels read fastest for `format`. On AVX2 machines: kLanes for
 // bf16, kPairs for MXFP4. On AVX-512 ones (their dot products) and scalar ones: kBlocks. With AMX:
-// kTiles for bf16, kBlocks for MXFP4. Every instruction set reads every layout (kTiles outside AMX
-// through the scalar fallback: only tests switch the instruction set after packing).
+// kTiles. Every instruction set reads every layout (kTiles outside AMX through the scalar
+// fallback: only tests switch the instruction set after packing).
 PackLayout PreferredPackLayout(WeightFormat format);
 
 // True when `w` can be packed as `layout`: bf16 or MXFP4 as LayoutFits says, unpacked,
-// rows % PackGroupRows(layout) == 0, cols % 32 == 0.
+// rows % PackGroupRows(layout) == 0, cols % 32 == 0 (MXFP4 as kTiles: and its scales in range).
 bool CanPack(const Weight& w, PackLayout layout);
 inline bool CanPack(const Weight& w) { return CanPack(w, PreferredPackLayout(w.format)); }
-// True when `layout` applies to `format` (kPairs: MXFP4 only; kTiles: bf16 only).
+// True when `layout` applies to `format` (kPairs: MXFP4 only).
 bool LayoutFits(PackLayout layout, WeightFormat format);
 
 // Reorders w's bytes in place (data, and scales for MXFP4; both must be writable and be the

@@ -1,7 +1,7 @@
-// The AMX kernels (kernels/cpu/matmul_amx.cc) on kTiles-packed bf16 weights: against float64
-// references, bit for bit the same alone, batched, split over threads or cut mid-group, and the
-// exact three-term split of fp32 activations they rest on. Skipped (with the reason) on machines
-// without AMX-BF16; the layout and the split are checked everywhere.
+// The AMX kernels (kernels/cpu/matmul_amx.cc) on kTiles-packed bf16 and MXFP4 weights: against
+// float64 references, bit for bit the same alone, batched, split over threads or cut mid-group, and
+// the exact three-term split of fp32 activations they rest on. Skipped (with the reason) on
+// machines without AMX-BF16; the layout and the split are checked everywhere.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -45,7 +45,8 @@ Bf16Matrix MakeBf16(int64_t n, int64_t k, uint32_t seed) {
 
 // float64 reference of row i of x (rounded to bf16 first when `bf16`) times row j of s, and the
 // fp32 bound on its error every path is held to (matmul_test.cc): 4 k eps times the largest term.
-std::pair<double, double> Reference(const Bf16Matrix& s, const std::vector<float>& x, int64_t i,
+template <class Matrix>
+std::pair<double, double> Reference(const Matrix& s, const std::vector<float>& x, int64_t i,
                                     int64_t j, bool bf16) {
   const int64_t k = s.w.cols;
   double ref = 0.0, scale = 0.0;
@@ -327,6 +328,237 @@ TEST(AmxTiles, OtherInstructionSetsReadTheLayout) {
     for (int64_t j = 0; j < n; ++j) {
       DequantizeRow(row.data(), s.w, j);
       for (int64_t c = 0; c < k; ++c) ASSERT_EQ(row[c], s.dense[j * k + c]);
+      for (int64_t i = 0; i < m; ++i) {
+        const auto [ref, tol] = Reference(s, x, i, j, false);
+        ASSERT_NEAR(y[i * n + j], ref, tol) << IsaName(isa);
+      }
+    }
+  }
+  SetMatMulIsa(saved);
+}
+
+// --- MXFP4 weights packed as kTiles ---
+
+struct Mxfp4Matrix {
+  std::vector<uint8_t> codes, scales;
+  std::vector<double> dense;  // E2M1(code) * 2^(scale - 127), for the reference
+  Weight w;
+};
+
+// Random codes (every one of the 16, zeros and -0 included) and scales in [lo, hi].
+Mxfp4Matrix MakeMxfp4(int64_t n, int64_t k, uint32_t seed, int lo = 118, int hi = 131) {
+  static const double kE2m1Values[16] = {0,    0.5,  1,  1.5,  2,  3,  4,  6,
+                                         -0.0, -0.5, -1, -1.5, -2, -3, -4, -6};
+  std::mt19937 rng(seed);
+  Mxfp4Matrix s;
+  s.codes.resize(n * k / 2);
+  s.scales.resize(n * k / 32);
+  for (auto& b : s.codes) b = static_cast<uint8_t>(rng());
+  for (auto& b : s.scales) b = static_cast<uint8_t>(lo + static_cast<int>(rng() % (hi - lo + 1)));
+  s.dense.resize(n * k);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t c = 0; c < k; ++c) {
+      const uint8_t byte = s.codes[(r * k + c) / 2];
+      s.dense[r * k + c] = kE2m1Values[c % 2 ? byte >> 4 : byte & 0xf] *
+                           std::ldexp(1.0, s.scales[(r * k + c) / 32] - 127);
+    }
+  }
+  s.w.data = s.codes.data();
+  s.w.scales = s.scales.data();
+  s.w.format = WeightFormat::kMxfp4;
+  s.w.rows = n;
+  s.w.cols = k;
+  return s;
+}
+
+// x rows across every count of x tiles and chunks (five rows a tile with fp32 activations, 16 with
+// bf16 ones; four tiles a chunk), one to seven groups, one to 64 blocks.
+const std::vector<std::tuple<int64_t, int64_t, int64_t>> kMxfp4Shapes = {
+    {1, 16, 32},   {1, 48, 2048},  {2, 32, 96},   {3, 16, 64},   {5, 32, 256},
+    {6, 48, 128},  {16, 16, 64},   {17, 80, 96},  {20, 32, 256}, {21, 16, 64},
+    {40, 64, 128}, {65, 112, 256}, {70, 32, 1024}};
+
+// Against float64, in both activation modes (fp32: exact products, fp32 sums; bf16: x rounded
+// first), held to the bound of the bf16 tests above.
+TEST(AmxMxfp4Tiles, ActivationsMatchDoubleReference) {
+  AmxIsa amx;
+  if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
+  for (const bool bf16 : {false, true}) {
+    ActivationScope scope(bf16 ? ActivationDtype::kBf16 : ActivationDtype::kF32);
+    for (auto [m, n, k] : kMxfp4Shapes) {
+      Mxfp4Matrix s = MakeMxfp4(n, k, 71);
+      PackInPlace(&s.w);
+      ASSERT_EQ(s.w.layout, PackLayout::kTiles);
+      const std::vector<float> x = testing::RandomVector(m * k, 72);
+      std::vector<float> y(m * n);
+      MatMul(y.data(), x.data(), s.w, m);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          const auto [ref, tol] = Reference(s, x, i, j, bf16);
+          ASSERT_NEAR(y[i * n + j], ref, tol)
+              << m << "x" << n << "x" << k << (bf16 ? " bf16" : " fp32") << " at " << i << "," << j;
+        }
+      }
+    }
+  }
+}
+
+// Scales at the ends of what packed tiles hold (kTilesMinScale, kTilesMaxScale: the exponent sums
+// reach the smallest and largest normal bf16) pack and stay exact; one scale beyond either end
+// leaves the weight unpacked (its tiles then made from its rows, where a value below 2^-126 counts
+// as zero, and 6 x 2^126 is past fp32's range anyway: only the layout is checked there).
+TEST(AmxMxfp4Tiles, ScalesAtTheEndsAndBeyond) {
+  AmxIsa amx;
+  if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
+  const int64_t m = 3, n = 32, k = 64;
+  for (const auto& [lo, hi, tiles] :
+       {std::tuple<int, int, bool>{kTilesMinScale, kTilesMinScale + 3, true},
+        {kTilesMaxScale - 3, kTilesMaxScale, true},
+        {kTilesMinScale - 1, kTilesMinScale + 3, false},
+        {kTilesMaxScale - 3, kTilesMaxScale + 1, false}}) {
+    Mxfp4Matrix s = MakeMxfp4(n, k, 73, lo, hi);
+    if (!tiles) s.scales[5] = static_cast<uint8_t>(lo < kTilesMinScale ? lo : hi);
+    ASSERT_EQ(CanPack(s.w, PackLayout::kTiles), tiles) << lo << ".." << hi;
+    PackInPlace(&s.w);
+    ASSERT_EQ(s.w.packed, tiles);
+    if (!tiles) continue;
+    ASSERT_EQ(s.w.layout, PackLayout::kTiles);
+    // x scaled so that every product stays a normal float.
+    std::vector<float> x = testing::RandomVector(m * k, 74);
+    const float x_scale = lo < 100 ? 0x1p100f : 0x1p-100f;
+    for (float& v : x) v *= x_scale;
+    std::vector<float> y(m * n);
+    MatMul(y.data(), x.data(), s.w, m);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        const auto [ref, tol] = Reference(s, x, i, j, false);
+        ASSERT_NEAR(y[i * n + j], ref, tol) << lo << ".." << hi << " at " << i << "," << j;
+      }
+    }
+  }
+}
+
+// An unpacked MXFP4 weight (a memory-mapped checkpoint, a shard's view of rows) takes the tile
+// kernels too, its tiles made from its rows: the packed weight's bits, and any row count (rows that
+// are not whole groups against the reference).
+TEST(AmxMxfp4Tiles, UnpackedEqualsPackedBitwise) {
+  AmxIsa amx;
+  if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
+  for (const bool bf16 : {false, true}) {
+    ActivationScope scope(bf16 ? ActivationDtype::kBf16 : ActivationDtype::kF32);
+    for (auto [m, n, k] : kMxfp4Shapes) {
+      const Mxfp4Matrix u = MakeMxfp4(n, k, 82);
+      Mxfp4Matrix p = MakeMxfp4(n, k, 82);
+      PackInPlace(&p.w);
+      ASSERT_TRUE(p.w.packed);
+      const std::vector<float> x = testing::RandomVector(m * k, 83);
+      std::vector<float> yu(m * n), yp(m * n);
+      MatMul(yu.data(), x.data(), u.w, m);
+      MatMul(yp.data(), x.data(), p.w, m);
+      ASSERT_EQ(yu, yp) << m << "x" << n << "x" << k << (bf16 ? " bf16" : " fp32");
+    }
+    for (const auto& [m, n] :
+         {std::pair<int64_t, int64_t>{3, 33}, {3, 8}, {3, 1}, {21, 40}, {37, 24}}) {
+      const int64_t k = 96;
+      const Mxfp4Matrix u = MakeMxfp4(n, k, 84);
+      const std::vector<float> x = testing::RandomVector(m * k, 85);
+      std::vector<float> y(m * n);
+      MatMul(y.data(), x.data(), u.w, m);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          const auto [ref, tol] = Reference(u, x, i, j, bf16);
+          ASSERT_NEAR(y[i * n + j], ref, tol) << n << " rows";
+        }
+      }
+    }
+  }
+}
+
+// A row's bits do not depend on the batch (one x tile or several, one chunk or several), the
+// thread count, the weights beside it in a MatMulMany, or a view of whole groups.
+TEST(AmxMxfp4Tiles, BatchThreadsAndRangesChangeNoBit) {
+  AmxIsa amx;
+  if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
+  for (const bool bf16 : {false, true}) {
+    ActivationScope scope(bf16 ? ActivationDtype::kBf16 : ActivationDtype::kF32);
+    for (auto [m, n, k] : kMxfp4Shapes) {
+      Mxfp4Matrix s = MakeMxfp4(n, k, 75);
+      PackInPlace(&s.w);
+      Bf16Matrix head = MakeBf16(8, k, 76);
+      const std::vector<float> x = testing::RandomVector(m * k, 77);
+      std::vector<float> first;
+      for (int threads : {1, 2, 3}) {
+        ThreadPool::Global().SetActiveThreads(threads);
+        std::vector<float> y(m * n), yh(m * 8), row(n);
+        MatMul(y.data(), x.data(), s.w, m);
+        if (first.empty()) first = y;
+        ASSERT_EQ(y, first) << "threads " << threads << " " << m << "x" << n << "x" << k;
+        for (int64_t i = 0; i < m; i += 4) {
+          MatMul(row.data(), x.data() + i * k, s.w, 1);
+          for (int64_t j = 0; j < n; ++j) ASSERT_EQ(row[j], first[i * n + j]) << i << "," << j;
+        }
+        std::fill(y.begin(), y.end(), 0.0f);
+        const MatMulTarget targets[] = {{yh.data(), 8, &head.w}, {y.data(), n, &s.w}};
+        MatMulMany(targets, x.data(), k, m);
+        ASSERT_EQ(y, first) << "behind an 8-row weight, threads " << threads;
+        if (n < 2 * kTileRows) continue;
+        std::vector<float> v(m * kTileRows);
+        MatMul(v.data(), x.data(), s.w.Rows(kTileRows, kTileRows), m);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < kTileRows; ++j) {
+            ASSERT_EQ(v[i * kTileRows + j], first[i * n + kTileRows + j]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The kernel itself on a range that starts and ends mid-group (as the bf16 kernel's test), with
+// strided output rows.
+TEST(AmxMxfp4Tiles, KernelRangesMayCutAGroup) {
+  AmxIsa amx;
+  if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
+  const matmul_internal::Kernels* kernels = matmul_internal::AmxKernels();
+  const int64_t m = 7, n = 48, k = 64, ldy = 50;
+  Mxfp4Matrix s = MakeMxfp4(n, k, 78);
+  PackInPlace(&s.w);
+  ASSERT_EQ(s.w.layout, PackLayout::kTiles);
+  const std::vector<float> x = testing::RandomVector(m * k, 79);
+  std::vector<float> whole(m * n);
+  MatMul(whole.data(), x.data(), s.w, m);
+  std::vector<uint16_t> xt(3 * m * k);
+  for (int64_t i = 0; i < m; ++i) {
+    matmul_internal::SplitRowToBf16x3(&xt[3 * i * k], &xt[(3 * i + 1) * k], &xt[(3 * i + 2) * k],
+                                      x.data() + i * k, k, k);
+  }
+  std::vector<float> y(m * ldy, -7.0f);
+  matmul_internal::Problem p{y.data(), ldy, nullptr, k, &s.w, m};
+  p.xt = xt.data();
+  kernels->range_tiles(p, 8, 40);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < ldy; ++j) {
+      ASSERT_EQ(y[i * ldy + j], j >= 8 && j < 40 ? whole[i * n + j] : -7.0f) << i << "," << j;
+    }
+  }
+}
+
+// Other instruction sets read the MXFP4 kTiles layout (the scalar fallback): every value, and the
+// product to fp32 accuracy.
+TEST(AmxMxfp4Tiles, OtherInstructionSetsReadTheLayout) {
+  const Isa saved = MatMulIsa();
+  const int64_t m = 3, n = 32, k = 96;
+  Mxfp4Matrix s = MakeMxfp4(n, k, 80);
+  PackInPlace(&s.w, PackLayout::kTiles);
+  ASSERT_TRUE(s.w.packed);
+  const std::vector<float> x = testing::RandomVector(m * k, 81);
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kScalar}) {
+    if (!SetMatMulIsa(isa)) continue;
+    std::vector<float> y(m * n), row(k);
+    MatMul(y.data(), x.data(), s.w, m);
+    for (int64_t j = 0; j < n; ++j) {
+      DequantizeRow(row.data(), s.w, j);
+      for (int64_t c = 0; c < k; ++c) ASSERT_EQ(row[c], s.dense[j * k + c]) << j << "," << c;
       for (int64_t i = 0; i < m; ++i) {
         const auto [ref, tol] = Reference(s, x, i, j, false);
         ASSERT_NEAR(y[i * n + j], ref, tol) << IsaName(isa);
