@@ -23,8 +23,8 @@ constexpr int64_t kPackRows = 8;
 constexpr int64_t kTileRows = 16;
 
 // How a packed weight orders the bytes of each group (kernels/cpu/pack.h): by 32-column block, by
-// canonical lane, (MXFP4 only) by row pair sharing each code byte, or (bf16 only, 16-row groups)
-// as AMX tiles of the transposed block.
+// canonical lane, (MXFP4 only) by row pair sharing each code byte, or (16-row groups) as AMX tiles
+// of the transposed block.
 enum class PackLayout : uint8_t { kBlocks, kLanes, kPairs, kTiles };
 
 // Rows per group of `layout`.

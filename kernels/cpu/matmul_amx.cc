@@ -201,11 +201,12 @@ constexpr int64_t kMxfp4PrefetchBytes = 4096;
 // Lines of the side prefetch a block (a tile product of 48 cycles or more at fp32).
 constexpr int kSideLines = 4;
 
-// y[i, n] for every i < m and n in [n0, n1) (multiples of 8, or n1 = rows), kTerms bf16 planes of
-// x (1: p.xb, 3: p.xt's hi, mid, lo). Groups straddling n0 or n1 are computed whole and stored in
-// part. An unpacked weight's tiles are transposed from its rows as they are needed (kPacked false:
-// a memory-mapped checkpoint, a weight whose rows are not whole groups; again for every 32 x rows,
-// which costs a prefill of such a weight), so its results are the packed weight's, bit for bit.
+// y[i, n] for every i < m and n in [n0, n1) (multiples of 8, or n1 = rows), x in kTerms bf16
+// terms (1: p.xb; 3: p.xt, each row's hi, mid, lo). Groups straddling n0 or n1 are computed whole
+// and stored in part. An unpacked weight's tiles are transposed from its rows as they are needed
+// (kPacked false: a memory-mapped checkpoint, a weight whose rows are not whole groups; again for
+// every 32 x rows, which costs a prefill of such a weight), so its results are the packed weight's,
+// bit for bit.
 template <int kTerms, bool kPacked>
 void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
   const Weight& w = *p.w;
@@ -313,7 +314,7 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
 // activations the three terms of each x row are three rows of the x tile (five x rows a tile), each
 // accumulating its own sums block after block, and are added at the end, (hi + mid) + lo: one
 // instruction a block where the bf16 kernel's order takes three. The decode is the cost (the tile
-// unit idles half the time at one x row), so more x rows cost almost nothing. One thread, K3's
+// unit idles half the time at one x row), so more x rows cost almost nothing. One thread, k3-mini's
 // expert shape 512 x 256 in L2, against the AVX-512 kernel: 1.00-1.07x the time at one x row, 0.80
 // at two, 0.62 at three, 0.45 at five (4.4 / 4.6 / 4.9 / 6.0 us). Decoding into a tile a step ahead
 // of its load instead of just before it took one x row from 1.7x to 1.1x; a C tile a block, scaled
@@ -328,22 +329,6 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
 // Summation order: output (i, n) is, for each term, one fp32 accumulator taking the blocks in turn
 // (each a TDPBF16PS over the block's 16 pairs), the terms then added as above. It depends on K
 // alone: x rows, thread split and ranges change no bit.
-
-// E2M1 code -> bf16, entries c and c + 16 alike (vpermw reads five index bits; the fifth is the
-// next code's lowest).
-struct alignas(64) E2m1Bf16Table {
-  uint16_t v[32];
-  E2m1Bf16Table() : v() {
-    constexpr float kMagnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-    for (int c = 0; c < 32; ++c) {
-      const float value = (c & 8 ? -1.0f : 1.0f) * kMagnitude[c & 7];
-      uint32_t bits;
-      std::memcpy(&bits, &value, sizeof bits);
-      v[c] = static_cast<uint16_t>(bits >> 16);  // exact: at most two significant bits
-    }
-  }
-};
-const E2m1Bf16Table kE2m1Bf16;
 
 // Block (g, b)'s tile: 16 rows of 16 pairs, from its 256 code bytes and 16 scales.
 inline void DecodeMxfp4Tile(const uint8_t* codes, const uint8_t* scales, uint16_t* tile,
@@ -367,24 +352,6 @@ inline void DecodeMxfp4Tile(const uint8_t* codes, const uint8_t* scales, uint16_
   }
 }
 
-// E2M1 x 2^(s - 127) as bf16 for every scale byte (exact: two significant bits; subnormal at
-// scales 0 and 1, which the tile unit reads as zero, and NaN at 255), entries c and c + 16 alike:
-// an unpacked weight's rows, each with its own scale.
-struct ScaledE2m1Bf16Table {
-  alignas(64) uint16_t v[256][32];
-  ScaledE2m1Bf16Table() : v() {
-    for (int s = 0; s < 256; ++s) {
-      for (int c = 0; c < 32; ++c) {
-        const float value = kE2m1[c % 16] * kE8m0[s];
-        uint32_t bits;
-        std::memcpy(&bits, &value, sizeof bits);
-        v[s][c] = static_cast<uint16_t>(bits >> 16);
-      }
-    }
-  }
-};
-const ScaledE2m1Bf16Table kScaledE2m1Bf16;
-
 // Block b of rows [r0, r0 + 16) of a row-major MXFP4 weight (rows past `rows` zero) as the tile a
 // packed weight decodes to, for scales in [kTilesMinScale, kTilesMaxScale]: each row's codes
 // decoded with its scale's table into its 16 pairs (word 2J + q = element 2J + q: one dword a
@@ -402,7 +369,7 @@ inline void Mxfp4TileOfRowMajor(const uint8_t* codes, const uint8_t* scales, int
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + r * (cols / 2) + b * 16)));
     v[j] =
         _mm512_permutexvar_epi16(_mm512_or_si512(c, _mm512_slli_epi32(c, 12)),
-                                 _mm512_load_si512(kScaledE2m1Bf16.v[scales[r * (cols / 32) + b]]));
+                                 _mm512_load_si512(kE2m1Bf16ByScale[scales[r * (cols / 32) + b]]));
   }
   Transpose16(v);
   for (int j = 0; j < 16; ++j) _mm512_store_si512(tile + j * 32, v[j]);
@@ -448,7 +415,7 @@ void Mxfp4TilesRange(const Problem& p, int64_t n0, int64_t n1) {
   constexpr int64_t kAhead = 2, kRing = 4;
   alignas(64) uint16_t ring[kRing][512];
   alignas(64) float sums[16 * 16];
-  const __m512i table = _mm512_load_si512(kE2m1Bf16.v);
+  const __m512i table = _mm512_load_si512(kE2m1Bf16ByScale[127]);  // the codes at scale 1
   const int64_t first_group = n0 / kTileRows, end_group = (n1 + kTileRows - 1) / kTileRows;
   // More x rows than one chunk read each weight chunk of up to 512 KiB of codes once per chunk of
   // x rows, from L2 after the first (as TilesRange's bf16 tiles).

@@ -51,6 +51,12 @@ struct ScaledE2m1Bf16 {
 };
 const ScaledE2m1Bf16 kScaledE2m1Bf16;
 
+}  // namespace
+
+const uint16_t (*const kE2m1Bf16ByScale)[32] = kScaledE2m1Bf16.v;
+
+namespace {
+
 // Whether Bf16Group's prefetches ahead fill L2 (hint T1) instead of L1 (T0) when a group is read by
 // more than one x row (Bf16Group::to_l2): on AMD family 19h, which in this file (AVX-512) means Zen
 // 4, T1 brings a line into L2 without holding one of L1's few miss buffers for the whole trip to

@@ -55,10 +55,10 @@ struct Kernels {
   // ranges made of whole tiles need no narrower remainder tiles.
   int64_t tile_units_one = 1;
   int64_t tile_units_many = 1;
-  // bf16 weights packed as kTiles or unpacked with cols % 32 == 0, and MXFP4 ones packed as
-  // kTiles (AMX only; nullptr elsewhere, where kTiles weights take the scalar fallback): fp32
-  // activations from p.xt, bf16 ones from p.xb. Their order is AMX's (matmul_amx.cc), not the
-  // canonical one; it too depends on K alone.
+  // bf16 and MXFP4 weights packed as kTiles or unpacked with cols % 32 == 0 (AMX only; nullptr
+  // elsewhere, where kTiles weights take the scalar fallback): fp32 activations from p.xt, bf16
+  // ones from p.xb. Their order is AMX's (matmul_amx.cc), not the canonical one; it too depends on
+  // K alone.
   RangeFn range_tiles = nullptr;
   RangeFn range_tiles_bf16 = nullptr;
 };
@@ -116,6 +116,11 @@ void SplitRowToBf16x3(uint16_t* hi, uint16_t* mid, uint16_t* lo, const float* x,
 
 // 2^(s-127) for every E8M0 byte (255: NaN, 0: 2^-127).
 extern const float* const kE8m0;
+// E2M1(c) * 2^(s-127) as bf16, [s][c] for c in 0..31 (c and c + 16 alike, for a vpermw that
+// ignores index bit 4): exact (two significant bits), but subnormal for the smallest values at
+// scales 0 and 1 and infinite for the largest at 253 and 254; NaN at 255. Built at start-up
+// without AVX-512 (matmul_avx512.cc), so that every x86-64 may load the library.
+extern const uint16_t (*const kE2m1Bf16ByScale)[32];
 // E2M1 code -> value.
 extern const float kE2m1[16];
 

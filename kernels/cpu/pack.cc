@@ -1,6 +1,5 @@
 #include "kernels/cpu/pack.h"
 
-#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -72,10 +71,12 @@ void Reorder(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t bytes, Unit
   }
 }
 
-// kPairs (MXFP4 codes): moves every nibble of `rows` rows of `cols` columns between the row-major
-// order and PairsCodeByte's; packing when `pack`, else the inverse.
-void ReorderPairs(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t cols, bool pack) {
-  constexpr int64_t G = kPackRows;
+// MXFP4 codes of a nibble-moving layout (kPairs, kTiles): moves every nibble of `rows` rows of
+// `cols` columns, in groups of G, between the row-major order and where(j, c), the byte and shift
+// of column c of row j of a group; packing when `pack`, else the inverse.
+template <int64_t G, class Where>
+void ReorderNibbles(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t cols, bool pack,
+                    const Where& where) {
   const int64_t group_bytes = G * cols / 2;
   std::memset(dst, 0, rows / G * group_bytes);
   for (int64_t g = 0; g < rows / G; ++g) {
@@ -84,29 +85,7 @@ void ReorderPairs(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t cols, 
     for (int64_t j = 0; j < G; ++j) {
       for (int64_t c = 0; c < cols; ++c) {
         const int64_t row_major = j * cols / 2 + c / 2, row_major_shift = 4 * (c % 2);
-        const int64_t packed = PairsCodeByte(j, c / 32, c % 32), packed_shift = 4 * (j % 2);
-        const int64_t from = pack ? row_major : packed, to = pack ? packed : row_major;
-        const int64_t from_shift = pack ? row_major_shift : packed_shift;
-        const int64_t to_shift = pack ? packed_shift : row_major_shift;
-        out[to] = static_cast<uint8_t>(out[to] | ((in[from] >> from_shift) & 0xf) << to_shift);
-      }
-    }
-  }
-}
-
-// kTiles MXFP4 codes: moves every nibble of `rows` rows of `cols` columns between the row-major
-// order and TilesCodeNibble's; packing when `pack`, else the inverse.
-void ReorderTileCodes(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t cols, bool pack) {
-  constexpr int64_t G = kTileRows;
-  const int64_t group_bytes = G * cols / 2;
-  std::memset(dst, 0, rows / G * group_bytes);
-  for (int64_t g = 0; g < rows / G; ++g) {
-    const uint8_t* in = src + g * group_bytes;
-    uint8_t* out = dst + g * group_bytes;
-    for (int64_t j = 0; j < G; ++j) {
-      for (int64_t c = 0; c < cols; ++c) {
-        const int64_t row_major = j * cols / 2 + c / 2, row_major_shift = 4 * (c % 2);
-        const CodeNibble packed = TilesCodeNibble(j, c / 32, c % 32);
+        const CodeNibble packed = where(j, c);
         const int64_t from = pack ? row_major : packed.byte, to = pack ? packed.byte : row_major;
         const int64_t from_shift = pack ? row_major_shift : packed.shift;
         const int64_t to_shift = pack ? packed.shift : row_major_shift;
@@ -119,9 +98,15 @@ void ReorderTileCodes(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t co
 // Reorders `rows` rows of w's data from src to dst for `layout`.
 void ReorderData(const Weight& w, const uint8_t* src, uint8_t* dst, int64_t rows, PackLayout layout,
                  bool pack) {
-  if (layout == PackLayout::kPairs) return ReorderPairs(src, dst, rows, w.cols, pack);
+  if (layout == PackLayout::kPairs) {
+    return ReorderNibbles<kPackRows>(src, dst, rows, w.cols, pack, [](int64_t j, int64_t c) {
+      return CodeNibble{PairsCodeByte(j, c / 32, c % 32), static_cast<int>(4 * (j % 2))};
+    });
+  }
   if (layout == PackLayout::kTiles && w.format == WeightFormat::kMxfp4) {
-    return ReorderTileCodes(src, dst, rows, w.cols, pack);
+    return ReorderNibbles<kTileRows>(src, dst, rows, w.cols, pack, [](int64_t j, int64_t c) {
+      return TilesCodeNibble(j, c / 32, c % 32);
+    });
   }
   Reorder(src, dst, rows, w.DataBytes() / w.rows, DataUnits(w, layout), layout, pack);
 }
@@ -149,8 +134,17 @@ bool CanPack(const Weight& w, PackLayout layout) {
                      !w.packed && w.rows > 0 && w.rows % PackGroupRows(layout) == 0 &&
                      w.cols % 32 == 0 && LayoutFits(layout, w.format);
   if (!shape || layout != PackLayout::kTiles || w.format != WeightFormat::kMxfp4) return shape;
-  const auto [lo, hi] = std::minmax_element(w.scales, w.scales + w.ScaleBytes());
-  return *lo >= kTilesMinScale && *hi <= kTilesMaxScale;
+  // Every scale of a block with a nonzero code in range (the tiles' decode leaves zeros alone: an
+  // all-zero block may have any scale, as a quantiser may give it 0).
+  const auto* codes = static_cast<const uint8_t*>(w.data);
+  for (int64_t block = 0; block < w.ScaleBytes(); ++block) {
+    const int s = w.scales[block];
+    if (s >= kTilesMinScale && s <= kTilesMaxScale) continue;
+    for (int64_t i = 0; i < 16; ++i) {
+      if ((codes[block * 16 + i] & 0x77) != 0) return false;  // a nonzero magnitude
+    }
+  }
+  return true;
 }
 
 void PackInPlace(Weight* w, PackLayout layout) {

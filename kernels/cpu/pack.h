@@ -18,7 +18,7 @@
 //   transposed by pairs, one tile: lane after lane, the G rows' pair of that lane.
 //   bf16:  element (g*G + j, 32b + 2J + q) at  g*G*cols + ((b*16 + J)*G + j)*2 + q   (uint16 units)
 //   MXFP4: a block's 512 codes in 256 bytes, four lanes to a 64-byte chunk (TilesCodeNibble);
-//   only when every scale is in [kTilesMinScale, kTilesMaxScale] (see there).
+//   only when the scale of every block with a nonzero code is in [kTilesMinScale, kTilesMaxScale].
 // All: MXFP4 scale of (g*G + j, block b) at   g*G*nb + b*G + j                      (1 byte)
 //
 // A group fills exactly the bytes of its G rows in row-major order. Packing changes no value and no

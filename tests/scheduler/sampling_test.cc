@@ -181,11 +181,11 @@ TEST(Sampling, LargeVocabularyTopP) {
 
 // The next row named to SampleToken is a prefetch hint: every kind of draw (unfiltered, top-p
 // over the whole row, top-k, greedy), with and without logprobs and alternatives, gives the same
-// choice with it as without, whether the next row is longer, shorter or empty.
+// choice with it as without, whether the next row is longer, shorter, empty or the row itself.
 TEST(Sampling, TheNextRowChangesNothing) {
   std::mt19937 rng(41);
   std::normal_distribution<float> normal(0.0f, 3.0f);
-  std::vector<float> row(50000), longer(70000), shorter(333);
+  std::vector<float> row(50000), longer(70000), shorter(333), empty;
   for (auto* v : {&row, &longer, &shorter}) {
     for (float& x : *v) x = normal(rng);
   }
@@ -200,7 +200,7 @@ TEST(Sampling, TheNextRowChangesNothing) {
       p.logprobs = logprobs ? 5 : 0;
       for (uint64_t index = 0; index < 20; ++index) {
         const TokenChoice want = SampleToken(row, p, {}, {}, index);
-        for (const auto* next : {&longer, &shorter, &row}) {
+        for (const auto* next : {&longer, &shorter, &empty, &row}) {
           const TokenChoice got = SampleToken(row, p, {}, {}, index, *next);
           ASSERT_EQ(got.token, want.token) << kind << " " << index;
           ASSERT_EQ(got.logprob, want.logprob) << kind << " " << index;

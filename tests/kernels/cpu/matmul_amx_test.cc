@@ -372,11 +372,12 @@ Mxfp4Matrix MakeMxfp4(int64_t n, int64_t k, uint32_t seed, int lo = 118, int hi 
 }
 
 // x rows across every count of x tiles and chunks (five rows a tile with fp32 activations, 16 with
-// bf16 ones; four tiles a chunk), one to seven groups, one to 64 blocks.
+// bf16 ones; four tiles a chunk), one to 65 groups (the last shape: two chunks of x rows over two
+// 512 KiB chunks of codes), one to 64 blocks.
 const std::vector<std::tuple<int64_t, int64_t, int64_t>> kMxfp4Shapes = {
-    {1, 16, 32},   {1, 48, 2048},  {2, 32, 96},   {3, 16, 64},   {5, 32, 256},
-    {6, 48, 128},  {16, 16, 64},   {17, 80, 96},  {20, 32, 256}, {21, 16, 64},
-    {40, 64, 128}, {65, 112, 256}, {70, 32, 1024}};
+    {1, 16, 32},   {1, 48, 2048},  {2, 32, 96},    {3, 16, 64},     {5, 32, 256},
+    {6, 48, 128},  {16, 16, 64},   {17, 80, 96},   {20, 32, 256},   {21, 16, 64},
+    {40, 64, 128}, {65, 112, 256}, {70, 32, 1024}, {25, 1040, 1024}};
 
 // Against float64, in both activation modes (fp32: exact products, fp32 sums; bf16: x rounded
 // first), held to the bound of the bf16 tests above.
@@ -419,6 +420,12 @@ TEST(AmxMxfp4Tiles, ScalesAtTheEndsAndBeyond) {
     Mxfp4Matrix s = MakeMxfp4(n, k, 73, lo, hi);
     if (!tiles) s.scales[5] = static_cast<uint8_t>(lo < kTilesMinScale ? lo : hi);
     ASSERT_EQ(CanPack(s.w, PackLayout::kTiles), tiles) << lo << ".." << hi;
+    // A block of zero codes (+0 and -0) may have any scale (a quantiser's 0 for an all-zero block).
+    for (int64_t i = 0; i < 16; ++i)
+      s.codes[7 * 16 + i] = static_cast<uint8_t>(i % 2 ? 0x88 : 0x08);
+    for (int64_t c = 7 * 32; c < 8 * 32; ++c) s.dense[c] = 0.0;
+    s.scales[7] = 0;
+    ASSERT_EQ(CanPack(s.w, PackLayout::kTiles), tiles) << "with a zero block at scale 0";
     PackInPlace(&s.w);
     ASSERT_EQ(s.w.packed, tiles);
     if (!tiles) continue;
