@@ -43,6 +43,38 @@ Bf16Matrix MakeBf16(int64_t n, int64_t k, uint32_t seed) {
   return s;
 }
 
+struct Mxfp4Matrix {
+  std::vector<uint8_t> codes, scales;
+  std::vector<double> dense;  // E2M1(code) * 2^(scale - 127), for the reference
+  Weight w;
+};
+
+// Random codes (every one of the 16, zeros and -0 included) and scales in [lo, hi].
+Mxfp4Matrix MakeMxfp4(int64_t n, int64_t k, uint32_t seed, int lo = 118, int hi = 131) {
+  static const double kE2m1Values[16] = {0,    0.5,  1,  1.5,  2,  3,  4,  6,
+                                         -0.0, -0.5, -1, -1.5, -2, -3, -4, -6};
+  std::mt19937 rng(seed);
+  Mxfp4Matrix s;
+  s.codes.resize(n * k / 2);
+  s.scales.resize(n * k / 32);
+  for (auto& b : s.codes) b = static_cast<uint8_t>(rng());
+  for (auto& b : s.scales) b = static_cast<uint8_t>(lo + static_cast<int>(rng() % (hi - lo + 1)));
+  s.dense.resize(n * k);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t c = 0; c < k; ++c) {
+      const uint8_t byte = s.codes[(r * k + c) / 2];
+      s.dense[r * k + c] = kE2m1Values[c % 2 ? byte >> 4 : byte & 0xf] *
+                           std::ldexp(1.0, s.scales[(r * k + c) / 32] - 127);
+    }
+  }
+  s.w.data = s.codes.data();
+  s.w.scales = s.scales.data();
+  s.w.format = WeightFormat::kMxfp4;
+  s.w.rows = n;
+  s.w.cols = k;
+  return s;
+}
+
 // float64 reference of row i of x (rounded to bf16 first when `bf16`) times row j of s, and the
 // fp32 bound on its error every path is held to (matmul_test.cc): 4 k eps times the largest term.
 template <class Matrix>
@@ -123,68 +155,50 @@ TEST(AmxSplit, ThreeBf16TermsAreExact) {
 // (two), 33, 40 and 70 (several pairs and a short last one); an odd number of weight groups (a
 // lone last group); one block of columns and many; weight chunks (40 x 160 x 4096: 4 groups a
 // chunk, three chunks).
-const std::vector<std::tuple<int64_t, int64_t, int64_t>> kShapes = {
-    {1, 16, 32},  {1, 48, 2048},  {3, 32, 96},    {16, 16, 64},  {17, 80, 128},  {31, 32, 320},
-    {32, 48, 64}, {33, 16, 1024}, {70, 112, 256}, {5, 64, 4096}, {40, 160, 4096}};
+using Shapes = std::vector<std::tuple<int64_t, int64_t, int64_t>>;  // m, n, k
+const Shapes kShapes = {{1, 16, 32},    {1, 48, 2048}, {3, 32, 96},    {16, 16, 64},
+                        {17, 80, 128},  {31, 32, 320}, {32, 48, 64},   {33, 16, 1024},
+                        {70, 112, 256}, {5, 64, 4096}, {40, 160, 4096}};
 
-// fp32 activations: the split makes every product exact, so the error is the fp32 accumulation's
-// alone, held to the same bound as every other instruction set (matmul_test.cc: 4 k eps times the
-// largest term).
-TEST(AmxTiles, Fp32ActivationsMatchDoubleReference) {
-  AmxIsa amx;
-  if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
-  for (auto [m, n, k] : kShapes) {
-    Bf16Matrix s = MakeBf16(n, k, 41);
+// The checks bf16 and MXFP4 weights share, on matrices from make(n, k, seed) (.w unpacked, .dense
+// its values).
+
+// Against float64 (x rounded to bf16 first with bf16 activations). fp32 activations: the split
+// makes every product exact, so the error is the fp32 accumulation's alone, held to the same bound
+// as every other instruction set (matmul_test.cc: 4 k eps times the largest term).
+template <class Make>
+void CheckAgainstReference(const Make& make, const Shapes& shapes, bool bf16, uint32_t seed) {
+  ActivationScope scope(bf16 ? ActivationDtype::kBf16 : ActivationDtype::kF32);
+  for (auto [m, n, k] : shapes) {
+    auto s = make(n, k, seed);
     PackInPlace(&s.w);
     ASSERT_EQ(s.w.layout, PackLayout::kTiles);
-    const std::vector<float> x = testing::RandomVector(m * k, 42);
+    const std::vector<float> x = testing::RandomVector(m * k, seed + 1);
     std::vector<float> y(m * n);
     MatMul(y.data(), x.data(), s.w, m);
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < n; ++j) {
-        const auto [ref, tol] = Reference(s, x, i, j, false);
-        ASSERT_NEAR(y[i * n + j], ref, tol) << m << "x" << n << "x" << k;
+        const auto [ref, tol] = Reference(s, x, i, j, bf16);
+        ASSERT_NEAR(y[i * n + j], ref, tol)
+            << m << "x" << n << "x" << k << (bf16 ? " bf16" : " fp32") << " at " << i << "," << j;
       }
     }
   }
 }
 
-// bf16 activations: against float64 on the bf16-rounded x (exact products, fp32 accumulation).
-TEST(AmxTiles, Bf16ActivationsMatchDoubleReference) {
-  AmxIsa amx;
-  if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
-  for (auto [m, n, k] : kShapes) {
-    Bf16Matrix s = MakeBf16(n, k, 43);
-    PackInPlace(&s.w);
-    const std::vector<float> x = testing::RandomVector(m * k, 44);
-    std::vector<float> y(m * n);
-    {
-      ActivationScope bf16(ActivationDtype::kBf16);
-      MatMul(y.data(), x.data(), s.w, m);
-    }
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        const auto [ref, tol] = Reference(s, x, i, j, true);
-        ASSERT_NEAR(y[i * n + j], ref, tol) << m << "x" << n << "x" << k;
-      }
-    }
-  }
-}
-
-// A row's bits do not depend on the batch, the thread count, or the other weights of a
-// MatMulMany (behind an 8-row weight, which the ranges round up to a whole group).
-TEST(AmxTiles, BatchThreadsAndRangesChangeNoBit) {
-  AmxIsa amx;
-  if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
+// A row's bits do not depend on the batch, the thread count, the other weights of a MatMulMany
+// (behind an 8-row weight, which the ranges round up to a whole group), or a view of whole groups.
+template <class Make>
+void CheckBatchThreadsAndRanges(const Make& make, const Shapes& shapes, uint32_t seed) {
   for (const bool bf16 : {false, true}) {
     ActivationScope scope(bf16 ? ActivationDtype::kBf16 : ActivationDtype::kF32);
-    for (auto [m, n, k] : kShapes) {
-      Bf16Matrix s = MakeBf16(n, k, 45);
+    for (auto [m, n, k] : shapes) {
+      auto s = make(n, k, seed);
       PackInPlace(&s.w);
-      Bf16Matrix head = MakeBf16(8, k, 46);  // 8 rows: left unpacked (tiles made on the fly)
+      Bf16Matrix head = MakeBf16(8, k, seed + 1);  // 8 rows: left unpacked (tiles made on the fly)
       PackInPlace(&head.w);
       ASSERT_FALSE(head.w.packed);
-      const std::vector<float> x = testing::RandomVector(m * k, 47);
+      const std::vector<float> x = testing::RandomVector(m * k, seed + 2);
       std::vector<float> first;
       for (int threads : {1, 2, 3}) {
         ThreadPool::Global().SetActiveThreads(threads);
@@ -192,7 +206,7 @@ TEST(AmxTiles, BatchThreadsAndRangesChangeNoBit) {
         MatMul(y.data(), x.data(), s.w, m);
         if (first.empty()) first = y;
         ASSERT_EQ(y, first) << "threads " << threads << " " << m << "x" << n << "x" << k;
-        for (int64_t i = 0; i < m; i += 5) {
+        for (int64_t i = 0; i < m; i += 4) {
           MatMul(row.data(), x.data() + i * k, s.w, 1);
           for (int64_t j = 0; j < n; ++j) ASSERT_EQ(row[j], first[i * n + j]) << i << "," << j;
         }
@@ -200,11 +214,9 @@ TEST(AmxTiles, BatchThreadsAndRangesChangeNoBit) {
         const MatMulTarget targets[] = {{yh.data(), 8, &head.w}, {y.data(), n, &s.w}};
         MatMulMany(targets, x.data(), k, m);
         ASSERT_EQ(y, first) << "behind an 8-row weight, threads " << threads;
-        // A view of whole groups gives its columns of the whole.
         if (n < 2 * kTileRows) continue;
-        const Weight view = s.w.Rows(kTileRows, kTileRows);
         std::vector<float> v(m * kTileRows);
-        MatMul(v.data(), x.data(), view, m);
+        MatMul(v.data(), x.data(), s.w.Rows(kTileRows, kTileRows), m);
         for (int64_t i = 0; i < m; ++i) {
           for (int64_t j = 0; j < kTileRows; ++j) {
             ASSERT_EQ(v[i * kTileRows + j], first[i * n + kTileRows + j]);
@@ -215,31 +227,29 @@ TEST(AmxTiles, BatchThreadsAndRangesChangeNoBit) {
   }
 }
 
-// An unpacked bf16 weight (a memory-mapped checkpoint, a shard's view of rows) takes the tile
-// kernels too, its tiles transposed on the fly: the packed weight's bits, and any row count.
-TEST(AmxTiles, UnpackedEqualsPackedBitwise) {
-  AmxIsa amx;
-  if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
+// An unpacked weight (a memory-mapped checkpoint, a shard's view of rows) takes the tile kernels
+// too, its tiles made from its rows: the packed weight's bits, and any row count (rows that are
+// not whole groups, at one and two x tiles, against the reference).
+template <class Make>
+void CheckUnpackedEqualsPacked(const Make& make, const Shapes& shapes, uint32_t seed) {
   for (const bool bf16 : {false, true}) {
     ActivationScope scope(bf16 ? ActivationDtype::kBf16 : ActivationDtype::kF32);
-    for (auto [m, n, k] : kShapes) {
-      const Bf16Matrix u = MakeBf16(n, k, 52);
-      Bf16Matrix p = MakeBf16(n, k, 52);
+    for (auto [m, n, k] : shapes) {
+      const auto u = make(n, k, seed);
+      auto p = make(n, k, seed);
       PackInPlace(&p.w);
       ASSERT_TRUE(p.w.packed);
-      const std::vector<float> x = testing::RandomVector(m * k, 53);
+      const std::vector<float> x = testing::RandomVector(m * k, seed + 1);
       std::vector<float> yu(m * n), yp(m * n);
       MatMul(yu.data(), x.data(), u.w, m);
       MatMul(yp.data(), x.data(), p.w, m);
       ASSERT_EQ(yu, yp) << m << "x" << n << "x" << k << (bf16 ? " bf16" : " fp32");
     }
-    // Rows that are not whole groups: 33 (a group of one), 8, 1, 24, at one and two x tiles;
-    // against the reference.
     for (const auto& [m, n] :
-         {std::pair<int64_t, int64_t>{3, 33}, {3, 8}, {3, 1}, {20, 33}, {37, 24}}) {
+         {std::pair<int64_t, int64_t>{3, 33}, {3, 8}, {3, 1}, {20, 33}, {21, 40}, {37, 24}}) {
       const int64_t k = 96;
-      const Bf16Matrix u = MakeBf16(n, k, 54);
-      const std::vector<float> x = testing::RandomVector(m * k, 55);
+      const auto u = make(n, k, seed + 2);
+      const std::vector<float> x = testing::RandomVector(m * k, seed + 3);
       std::vector<float> y(m * n);
       MatMul(y.data(), x.data(), u.w, m);
       for (int64_t i = 0; i < m; ++i) {
@@ -251,6 +261,53 @@ TEST(AmxTiles, UnpackedEqualsPackedBitwise) {
     }
   }
 }
+
+// Another instruction set reads a kTiles weight too (the scalar fallback): every value, and the
+// product to fp32 accuracy.
+template <class Make>
+void CheckOtherIsasReadTheLayout(const Make& make, uint32_t seed) {
+  const Isa saved = MatMulIsa();
+  const int64_t m = 3, n = 32, k = 96;
+  auto s = make(n, k, seed);
+  PackInPlace(&s.w, PackLayout::kTiles);
+  ASSERT_TRUE(s.w.packed);
+  const std::vector<float> x = testing::RandomVector(m * k, seed + 1);
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kScalar}) {
+    if (!SetMatMulIsa(isa)) continue;
+    std::vector<float> y(m * n), row(k);
+    MatMul(y.data(), x.data(), s.w, m);
+    for (int64_t j = 0; j < n; ++j) {
+      DequantizeRow(row.data(), s.w, j);
+      for (int64_t c = 0; c < k; ++c) ASSERT_EQ(row[c], s.dense[j * k + c]) << j << "," << c;
+      for (int64_t i = 0; i < m; ++i) {
+        const auto [ref, tol] = Reference(s, x, i, j, false);
+        ASSERT_NEAR(y[i * n + j], ref, tol) << IsaName(isa);
+      }
+    }
+  }
+  SetMatMulIsa(saved);
+}
+
+TEST(AmxTiles, ActivationsMatchDoubleReference) {
+  AmxIsa amx;
+  if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
+  CheckAgainstReference(MakeBf16, kShapes, false, 41);
+  CheckAgainstReference(MakeBf16, kShapes, true, 43);
+}
+
+TEST(AmxTiles, BatchThreadsAndRangesChangeNoBit) {
+  AmxIsa amx;
+  if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
+  CheckBatchThreadsAndRanges(MakeBf16, kShapes, 45);
+}
+
+TEST(AmxTiles, UnpackedEqualsPackedBitwise) {
+  AmxIsa amx;
+  if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
+  CheckUnpackedEqualsPacked(MakeBf16, kShapes, 52);
+}
+
+TEST(AmxTiles, OtherInstructionSetsReadTheLayout) { CheckOtherIsasReadTheLayout(MakeBf16, 50); }
 
 // Strided x and y (ldx > k, ldy > n), as the engine's per-head products use them, in both
 // activation modes; 40 rows (unpacked: a last group of 8, stored through the scratch tile) and 32.
@@ -313,95 +370,41 @@ TEST(AmxTiles, KernelRangesMayCutAGroup) {
   }
 }
 
-// Another instruction set reads a kTiles weight too (the scalar fallback), to fp32 accuracy.
-TEST(AmxTiles, OtherInstructionSetsReadTheLayout) {
-  const Isa saved = MatMulIsa();
-  const int64_t m = 3, n = 32, k = 96;
-  Bf16Matrix s = MakeBf16(n, k, 50);
-  PackInPlace(&s.w, PackLayout::kTiles);
-  ASSERT_TRUE(s.w.packed);
-  const std::vector<float> x = testing::RandomVector(m * k, 51);
-  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kScalar}) {
-    if (!SetMatMulIsa(isa)) continue;
-    std::vector<float> y(m * n), row(k);
-    MatMul(y.data(), x.data(), s.w, m);
-    for (int64_t j = 0; j < n; ++j) {
-      DequantizeRow(row.data(), s.w, j);
-      for (int64_t c = 0; c < k; ++c) ASSERT_EQ(row[c], s.dense[j * k + c]);
-      for (int64_t i = 0; i < m; ++i) {
-        const auto [ref, tol] = Reference(s, x, i, j, false);
-        ASSERT_NEAR(y[i * n + j], ref, tol) << IsaName(isa);
-      }
-    }
-  }
-  SetMatMulIsa(saved);
-}
-
 // --- MXFP4 weights packed as kTiles ---
-
-struct Mxfp4Matrix {
-  std::vector<uint8_t> codes, scales;
-  std::vector<double> dense;  // E2M1(code) * 2^(scale - 127), for the reference
-  Weight w;
-};
-
-// Random codes (every one of the 16, zeros and -0 included) and scales in [lo, hi].
-Mxfp4Matrix MakeMxfp4(int64_t n, int64_t k, uint32_t seed, int lo = 118, int hi = 131) {
-  static const double kE2m1Values[16] = {0,    0.5,  1,  1.5,  2,  3,  4,  6,
-                                         -0.0, -0.5, -1, -1.5, -2, -3, -4, -6};
-  std::mt19937 rng(seed);
-  Mxfp4Matrix s;
-  s.codes.resize(n * k / 2);
-  s.scales.resize(n * k / 32);
-  for (auto& b : s.codes) b = static_cast<uint8_t>(rng());
-  for (auto& b : s.scales) b = static_cast<uint8_t>(lo + static_cast<int>(rng() % (hi - lo + 1)));
-  s.dense.resize(n * k);
-  for (int64_t r = 0; r < n; ++r) {
-    for (int64_t c = 0; c < k; ++c) {
-      const uint8_t byte = s.codes[(r * k + c) / 2];
-      s.dense[r * k + c] = kE2m1Values[c % 2 ? byte >> 4 : byte & 0xf] *
-                           std::ldexp(1.0, s.scales[(r * k + c) / 32] - 127);
-    }
-  }
-  s.w.data = s.codes.data();
-  s.w.scales = s.scales.data();
-  s.w.format = WeightFormat::kMxfp4;
-  s.w.rows = n;
-  s.w.cols = k;
-  return s;
-}
 
 // x rows across every count of x tiles and chunks (five rows a tile with fp32 activations, 16 with
 // bf16 ones; four tiles a chunk), one to 65 groups (the last shape: two chunks of x rows over two
 // 512 KiB chunks of codes), one to 64 blocks.
-const std::vector<std::tuple<int64_t, int64_t, int64_t>> kMxfp4Shapes = {
-    {1, 16, 32},   {1, 48, 2048},  {2, 32, 96},    {3, 16, 64},     {5, 32, 256},
-    {6, 48, 128},  {16, 16, 64},   {17, 80, 96},   {20, 32, 256},   {21, 16, 64},
-    {40, 64, 128}, {65, 112, 256}, {70, 32, 1024}, {25, 1040, 1024}};
+const Shapes kMxfp4Shapes = {{1, 16, 32},    {1, 48, 2048},   {2, 32, 96},   {3, 16, 64},
+                             {5, 32, 256},   {6, 48, 128},    {16, 16, 64},  {17, 80, 96},
+                             {20, 32, 256},  {21, 16, 64},    {40, 64, 128}, {65, 112, 256},
+                             {70, 32, 1024}, {25, 1040, 1024}};
 
-// Against float64, in both activation modes (fp32: exact products, fp32 sums; bf16: x rounded
-// first), held to the bound of the bf16 tests above.
 TEST(AmxMxfp4Tiles, ActivationsMatchDoubleReference) {
   AmxIsa amx;
   if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
-  for (const bool bf16 : {false, true}) {
-    ActivationScope scope(bf16 ? ActivationDtype::kBf16 : ActivationDtype::kF32);
-    for (auto [m, n, k] : kMxfp4Shapes) {
-      Mxfp4Matrix s = MakeMxfp4(n, k, 71);
-      PackInPlace(&s.w);
-      ASSERT_EQ(s.w.layout, PackLayout::kTiles);
-      const std::vector<float> x = testing::RandomVector(m * k, 72);
-      std::vector<float> y(m * n);
-      MatMul(y.data(), x.data(), s.w, m);
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < n; ++j) {
-          const auto [ref, tol] = Reference(s, x, i, j, bf16);
-          ASSERT_NEAR(y[i * n + j], ref, tol)
-              << m << "x" << n << "x" << k << (bf16 ? " bf16" : " fp32") << " at " << i << "," << j;
-        }
-      }
-    }
-  }
+  const auto make = [](int64_t n, int64_t k, uint32_t seed) { return MakeMxfp4(n, k, seed); };
+  CheckAgainstReference(make, kMxfp4Shapes, false, 71);
+  CheckAgainstReference(make, kMxfp4Shapes, true, 73);
+}
+
+TEST(AmxMxfp4Tiles, BatchThreadsAndRangesChangeNoBit) {
+  AmxIsa amx;
+  if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
+  CheckBatchThreadsAndRanges(
+      [](int64_t n, int64_t k, uint32_t seed) { return MakeMxfp4(n, k, seed); }, kMxfp4Shapes, 75);
+}
+
+TEST(AmxMxfp4Tiles, UnpackedEqualsPackedBitwise) {
+  AmxIsa amx;
+  if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
+  CheckUnpackedEqualsPacked(
+      [](int64_t n, int64_t k, uint32_t seed) { return MakeMxfp4(n, k, seed); }, kMxfp4Shapes, 82);
+}
+
+TEST(AmxMxfp4Tiles, OtherInstructionSetsReadTheLayout) {
+  CheckOtherIsasReadTheLayout(
+      [](int64_t n, int64_t k, uint32_t seed) { return MakeMxfp4(n, k, seed); }, 80);
 }
 
 // Scales at the ends of what packed tiles hold (kTilesMinScale, kTilesMaxScale: the exponent sums
@@ -445,82 +448,6 @@ TEST(AmxMxfp4Tiles, ScalesAtTheEndsAndBeyond) {
   }
 }
 
-// An unpacked MXFP4 weight (a memory-mapped checkpoint, a shard's view of rows) takes the tile
-// kernels too, its tiles made from its rows: the packed weight's bits, and any row count (rows that
-// are not whole groups against the reference).
-TEST(AmxMxfp4Tiles, UnpackedEqualsPackedBitwise) {
-  AmxIsa amx;
-  if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
-  for (const bool bf16 : {false, true}) {
-    ActivationScope scope(bf16 ? ActivationDtype::kBf16 : ActivationDtype::kF32);
-    for (auto [m, n, k] : kMxfp4Shapes) {
-      const Mxfp4Matrix u = MakeMxfp4(n, k, 82);
-      Mxfp4Matrix p = MakeMxfp4(n, k, 82);
-      PackInPlace(&p.w);
-      ASSERT_TRUE(p.w.packed);
-      const std::vector<float> x = testing::RandomVector(m * k, 83);
-      std::vector<float> yu(m * n), yp(m * n);
-      MatMul(yu.data(), x.data(), u.w, m);
-      MatMul(yp.data(), x.data(), p.w, m);
-      ASSERT_EQ(yu, yp) << m << "x" << n << "x" << k << (bf16 ? " bf16" : " fp32");
-    }
-    for (const auto& [m, n] :
-         {std::pair<int64_t, int64_t>{3, 33}, {3, 8}, {3, 1}, {21, 40}, {37, 24}}) {
-      const int64_t k = 96;
-      const Mxfp4Matrix u = MakeMxfp4(n, k, 84);
-      const std::vector<float> x = testing::RandomVector(m * k, 85);
-      std::vector<float> y(m * n);
-      MatMul(y.data(), x.data(), u.w, m);
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < n; ++j) {
-          const auto [ref, tol] = Reference(u, x, i, j, bf16);
-          ASSERT_NEAR(y[i * n + j], ref, tol) << n << " rows";
-        }
-      }
-    }
-  }
-}
-
-// A row's bits do not depend on the batch (one x tile or several, one chunk or several), the
-// thread count, the weights beside it in a MatMulMany, or a view of whole groups.
-TEST(AmxMxfp4Tiles, BatchThreadsAndRangesChangeNoBit) {
-  AmxIsa amx;
-  if (!amx.ok()) GTEST_SKIP() << "no AMX-BF16 on this machine";
-  for (const bool bf16 : {false, true}) {
-    ActivationScope scope(bf16 ? ActivationDtype::kBf16 : ActivationDtype::kF32);
-    for (auto [m, n, k] : kMxfp4Shapes) {
-      Mxfp4Matrix s = MakeMxfp4(n, k, 75);
-      PackInPlace(&s.w);
-      Bf16Matrix head = MakeBf16(8, k, 76);
-      const std::vector<float> x = testing::RandomVector(m * k, 77);
-      std::vector<float> first;
-      for (int threads : {1, 2, 3}) {
-        ThreadPool::Global().SetActiveThreads(threads);
-        std::vector<float> y(m * n), yh(m * 8), row(n);
-        MatMul(y.data(), x.data(), s.w, m);
-        if (first.empty()) first = y;
-        ASSERT_EQ(y, first) << "threads " << threads << " " << m << "x" << n << "x" << k;
-        for (int64_t i = 0; i < m; i += 4) {
-          MatMul(row.data(), x.data() + i * k, s.w, 1);
-          for (int64_t j = 0; j < n; ++j) ASSERT_EQ(row[j], first[i * n + j]) << i << "," << j;
-        }
-        std::fill(y.begin(), y.end(), 0.0f);
-        const MatMulTarget targets[] = {{yh.data(), 8, &head.w}, {y.data(), n, &s.w}};
-        MatMulMany(targets, x.data(), k, m);
-        ASSERT_EQ(y, first) << "behind an 8-row weight, threads " << threads;
-        if (n < 2 * kTileRows) continue;
-        std::vector<float> v(m * kTileRows);
-        MatMul(v.data(), x.data(), s.w.Rows(kTileRows, kTileRows), m);
-        for (int64_t i = 0; i < m; ++i) {
-          for (int64_t j = 0; j < kTileRows; ++j) {
-            ASSERT_EQ(v[i * kTileRows + j], first[i * n + kTileRows + j]);
-          }
-        }
-      }
-    }
-  }
-}
-
 // The kernel itself on a range that starts and ends mid-group (as the bf16 kernel's test), with
 // strided output rows.
 TEST(AmxMxfp4Tiles, KernelRangesMayCutAGroup) {
@@ -548,31 +475,6 @@ TEST(AmxMxfp4Tiles, KernelRangesMayCutAGroup) {
       ASSERT_EQ(y[i * ldy + j], j >= 8 && j < 40 ? whole[i * n + j] : -7.0f) << i << "," << j;
     }
   }
-}
-
-// Other instruction sets read the MXFP4 kTiles layout (the scalar fallback): every value, and the
-// product to fp32 accuracy.
-TEST(AmxMxfp4Tiles, OtherInstructionSetsReadTheLayout) {
-  const Isa saved = MatMulIsa();
-  const int64_t m = 3, n = 32, k = 96;
-  Mxfp4Matrix s = MakeMxfp4(n, k, 80);
-  PackInPlace(&s.w, PackLayout::kTiles);
-  ASSERT_TRUE(s.w.packed);
-  const std::vector<float> x = testing::RandomVector(m * k, 81);
-  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kScalar}) {
-    if (!SetMatMulIsa(isa)) continue;
-    std::vector<float> y(m * n), row(k);
-    MatMul(y.data(), x.data(), s.w, m);
-    for (int64_t j = 0; j < n; ++j) {
-      DequantizeRow(row.data(), s.w, j);
-      for (int64_t c = 0; c < k; ++c) ASSERT_EQ(row[c], s.dense[j * k + c]) << j << "," << c;
-      for (int64_t i = 0; i < m; ++i) {
-        const auto [ref, tol] = Reference(s, x, i, j, false);
-        ASSERT_NEAR(y[i * n + j], ref, tol) << IsaName(isa);
-      }
-    }
-  }
-  SetMatMulIsa(saved);
 }
 
 }  // namespace
