@@ -64,12 +64,12 @@ bool HasBf16DotProduct();
 // scalar) when that is available. SetMatMulIsa is for tests and benchmarks (not thread-safe against
 // running MatMuls); it returns false, changing nothing, when the machine lacks `isa`.
 //
-// kAmx is AVX-512 plus Intel's tile unit (AMX-BF16) for bf16 weights of whole 32-column blocks,
-// packed as kTiles (pack.h) or not: those sum in AMX's order (matmul_amx.cc), fp32 activations
-// through an exact three-term bf16 split, so their bits differ from the other instruction sets'
-// (within fp32 rounding) but not between a packed and a memory-mapped weight; every other weight,
-// and every other kernel, is AVX-512's. So on AMX an MXFP4 weight's product (AVX-512) no longer
-// equals, bit for bit, that of its bf16 dequantization (tiles), as it does elsewhere.
+// kAmx is AVX-512 plus Intel's tile unit (AMX-BF16) for bf16 and MXFP4 weights of whole 32-column
+// blocks, packed as kTiles (pack.h) or not: those sum in AMX's orders (matmul_amx.cc, one for each
+// format), fp32 activations through an exact three-term bf16 split, so their bits differ from the
+// other instruction sets' (within fp32 rounding) but not between a packed and a memory-mapped
+// weight; every other weight, and every other kernel, is AVX-512's. So on AMX an MXFP4 weight's
+// product no longer equals, bit for bit, that of its bf16 dequantization, as it does elsewhere.
 enum class Isa { kScalar, kAvx2, kAvx512, kAmx };
 // True for kAvx512 and kAmx (the AVX-512 kernels of the other ops).
 constexpr bool HasAvx512(Isa isa) { return isa == Isa::kAvx512 || isa == Isa::kAmx; }

@@ -353,7 +353,8 @@ inline void DecodeMxfp4Tile(const uint8_t* codes, const uint8_t* scales, uint16_
 }
 
 // Block b of rows [r0, r0 + 16) of a row-major MXFP4 weight (rows past `rows` zero) as the tile a
-// packed weight decodes to, for scales in [kTilesMinScale, kTilesMaxScale]: each row's codes
+// packed weight decodes to (scales in [kTilesMinScale, kTilesMaxScale]; any other scale as its
+// value, though the tile unit reads a bf16 subnormal as zero): each row's codes
 // decoded with its scale's table into its 16 pairs (word 2J + q = element 2J + q: one dword a
 // pair), then the 16 rows transposed so that tile row J holds every row's pair J.
 inline void Mxfp4TileOfRowMajor(const uint8_t* codes, const uint8_t* scales, int64_t cols,

@@ -162,11 +162,13 @@ bool CanPack(const Weight& w, PackLayout layout) {
                      w.cols % 32 == 0 && LayoutFits(layout, w.format);
   if (!shape || layout != PackLayout::kTiles || w.format != WeightFormat::kMxfp4) return shape;
   // Every scale of a block with a nonzero code in range (the tiles' decode leaves zeros alone: an
-  // all-zero block may have any scale, as a quantiser may give it 0).
+  // all-zero block may have any scale, as a quantiser may give it 0), and none NaN (255: the
+  // block's zeros are NaN too, everywhere else).
   const auto* codes = static_cast<const uint8_t*>(w.data);
   for (int64_t block = 0; block < w.ScaleBytes(); ++block) {
     const int s = w.scales[block];
     if (s >= kTilesMinScale && s <= kTilesMaxScale) continue;
+    if (s == 255) return false;
     for (int64_t i = 0; i < 16; ++i) {
       if ((codes[block * 16 + i] & 0x77) != 0) return false;  // a nonzero magnitude
     }

@@ -18,7 +18,8 @@
 //   transposed by pairs, one tile: lane after lane, the G rows' pair of that lane.
 //   bf16:  element (g*G + j, 32b + 2J + q) at  g*G*cols + ((b*16 + J)*G + j)*2 + q   (uint16 units)
 //   MXFP4: a block's 512 codes in 256 bytes, four lanes to a 64-byte chunk (TilesCodeNibble);
-//   only when the scale of every block with a nonzero code is in [kTilesMinScale, kTilesMaxScale].
+//   only when the scale of every block with a nonzero code is in [kTilesMinScale, kTilesMaxScale]
+//   and no scale is NaN (255).
 // All: MXFP4 scale of (g*G + j, block b) at   g*G*nb + b*G + j                      (1 byte)
 //
 // A group fills exactly the bytes of its G rows in row-major order. Packing changes no value and no
@@ -67,7 +68,8 @@ inline constexpr int kTilesMinScale = 2, kTilesMaxScale = 252;
 PackLayout PreferredPackLayout(WeightFormat format);
 
 // True when `w` can be packed as `layout`: bf16 or MXFP4 as LayoutFits says, unpacked,
-// rows % PackGroupRows(layout) == 0, cols % 32 == 0 (MXFP4 as kTiles: and its scales in range).
+// rows % PackGroupRows(layout) == 0, cols % 32 == 0 (MXFP4 as kTiles: and the scales as the
+// layout's description above says).
 bool CanPack(const Weight& w, PackLayout layout);
 inline bool CanPack(const Weight& w) { return CanPack(w, PreferredPackLayout(w.format)); }
 // True when `layout` applies to `format` (kPairs: MXFP4 only).

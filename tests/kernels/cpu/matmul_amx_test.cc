@@ -373,8 +373,8 @@ TEST(AmxTiles, KernelRangesMayCutAGroup) {
 // --- MXFP4 weights packed as kTiles ---
 
 // x rows across every count of x tiles and chunks (five rows a tile with fp32 activations, 16 with
-// bf16 ones; four tiles a chunk), one to 65 groups (the last shape: two chunks of x rows over two
-// 512 KiB chunks of codes), one to 64 blocks.
+// bf16 ones; four tiles a chunk), one to 65 groups (the last shape: two chunks of x rows with fp32
+// activations, over two 512 KiB chunks of codes), one to 64 blocks.
 const Shapes kMxfp4Shapes = {{1, 16, 32},    {1, 48, 2048},   {2, 32, 96},   {3, 16, 64},
                              {5, 32, 256},   {6, 48, 128},    {16, 16, 64},  {17, 80, 96},
                              {20, 32, 256},  {21, 16, 64},    {40, 64, 128}, {65, 112, 256},
@@ -429,6 +429,9 @@ TEST(AmxMxfp4Tiles, ScalesAtTheEndsAndBeyond) {
     for (int64_t c = 7 * 32; c < 8 * 32; ++c) s.dense[c] = 0.0;
     s.scales[7] = 0;
     ASSERT_EQ(CanPack(s.w, PackLayout::kTiles), tiles) << "with a zero block at scale 0";
+    s.scales[7] = 255;  // NaN: the block's zeros are NaN on every other path, so no tiles
+    ASSERT_FALSE(CanPack(s.w, PackLayout::kTiles)) << "with a zero block at scale 255";
+    s.scales[7] = 0;
     PackInPlace(&s.w);
     ASSERT_EQ(s.w.packed, tiles);
     if (!tiles) continue;
