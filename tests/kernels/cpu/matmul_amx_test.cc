@@ -195,6 +195,8 @@ void CheckBatchThreadsAndRanges(const Make& make, const Shapes& shapes, uint32_t
     for (auto [m, n, k] : shapes) {
       auto s = make(n, k, seed);
       PackInPlace(&s.w);
+      ASSERT_EQ(s.w.layout, PackLayout::kTiles);
+      ASSERT_TRUE(s.w.packed);
       Bf16Matrix head = MakeBf16(8, k, seed + 1);  // 8 rows: left unpacked (tiles made on the fly)
       PackInPlace(&head.w);
       ASSERT_FALSE(head.w.packed);
