@@ -459,13 +459,15 @@ void Mxfp4TilesRange(const Problem& p, int64_t n0, int64_t n1) {
       for (int64_t g = g0; g < g1; ++g) {
         for (int t = 0; t < nt; ++t) ZeroAccumulator(t);
         for (int64_t b = 0; b < nb; ++b, ++s) {
-          if (s + kAhead < steps && kPacked) {
-            const char* ahead = reinterpret_cast<const char*>(codes + (g0 * nb + s) * 256);
-            for (int line = 0; line < 256; line += 64) {
-              _mm_prefetch(ahead + kMxfp4PrefetchBytes + line, _MM_HINT_T0);
+          if (s + kAhead < steps) {
+            if constexpr (kPacked) {
+              const char* ahead = reinterpret_cast<const char*>(codes + (g0 * nb + s) * 256);
+              for (int line = 0; line < 256; line += 64) {
+                _mm_prefetch(ahead + kMxfp4PrefetchBytes + line, _MM_HINT_T0);
+              }
             }
+            decode(s + kAhead);
           }
-          if (s + kAhead < steps) decode(s + kAhead);
           if (s % 2 == 0) {
             KIMI_TILE_LOAD(6, ring[s % kRing], 64);
             KIMI_MXFP4_PRODUCTS(6, xa + b * 32, x_stride, tile_elems, nt);

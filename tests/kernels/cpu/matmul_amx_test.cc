@@ -51,22 +51,13 @@ struct Mxfp4Matrix {
 
 // Random codes (every one of the 16, zeros and -0 included) and scales in [lo, hi].
 Mxfp4Matrix MakeMxfp4(int64_t n, int64_t k, uint32_t seed, int lo = 118, int hi = 131) {
-  static const double kE2m1Values[16] = {0,    0.5,  1,  1.5,  2,  3,  4,  6,
-                                         -0.0, -0.5, -1, -1.5, -2, -3, -4, -6};
   std::mt19937 rng(seed);
   Mxfp4Matrix s;
   s.codes.resize(n * k / 2);
   s.scales.resize(n * k / 32);
   for (auto& b : s.codes) b = static_cast<uint8_t>(rng());
   for (auto& b : s.scales) b = static_cast<uint8_t>(lo + static_cast<int>(rng() % (hi - lo + 1)));
-  s.dense.resize(n * k);
-  for (int64_t r = 0; r < n; ++r) {
-    for (int64_t c = 0; c < k; ++c) {
-      const uint8_t byte = s.codes[(r * k + c) / 2];
-      s.dense[r * k + c] = kE2m1Values[c % 2 ? byte >> 4 : byte & 0xf] *
-                           std::ldexp(1.0, s.scales[(r * k + c) / 32] - 127);
-    }
-  }
+  s.dense = testing::Mxfp4Values(s.codes, s.scales, n, k);
   s.w.data = s.codes.data();
   s.w.scales = s.scales.data();
   s.w.format = WeightFormat::kMxfp4;

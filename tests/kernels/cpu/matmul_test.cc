@@ -23,12 +23,7 @@ struct Stored {
   Weight w;
 };
 
-// E2M1 magnitudes, written from the OCP MX spec table (independent of the kernel's table).
-double E2m1(int code) {
-  const int sign = code >> 3, exp = (code >> 1) & 3, man = code & 1;
-  const double mag = exp == 0 ? 0.5 * man : std::ldexp(1.0 + 0.5 * man, exp - 1);
-  return sign ? -mag : mag;
-}
+using testing::E2m1;
 
 Stored MakeWeight(WeightFormat f, int64_t n, int64_t k, uint32_t seed) {
   Stored s;
@@ -55,13 +50,7 @@ Stored MakeWeight(WeightFormat f, int64_t n, int64_t k, uint32_t seed) {
       s.scales.resize(n * k / 32);
       for (auto& b : s.data) b = static_cast<uint8_t>(rng());
       for (auto& b : s.scales) b = static_cast<uint8_t>(120 + rng() % 10);
-      for (int64_t r = 0; r < n; ++r) {
-        for (int64_t c = 0; c < k; ++c) {
-          const uint8_t byte = s.data[r * k / 2 + c / 2];
-          const int code = c % 2 == 0 ? byte & 0xf : byte >> 4;
-          s.dense[r * k + c] = E2m1(code) * std::ldexp(1.0, s.scales[r * k / 32 + c / 32] - 127);
-        }
-      }
+      s.dense = testing::Mxfp4Values(s.data, s.scales, n, k);
       break;
     }
   }
