@@ -148,12 +148,14 @@ KIMI_CLONES void RoundRowToBf16(uint16_t* __restrict xb, const float* __restrict
   for (int64_t c = k; c < kp; ++c) xb[c] = 0;
 }
 
-// Written with bit operations and no branches so that every clone vectorises it. Truncation (not
-// rounding) makes each term the top eight significant bits of what is left, so three are exact.
-KIMI_CLONES void SplitRowToBf16x3(uint16_t* __restrict hi, uint16_t* __restrict mid,
-                                  uint16_t* __restrict lo, const float* __restrict x, int64_t k,
-                                  int64_t kp) {
-  for (int64_t c = 0; c < k; ++c) {
+// Columns [0, n) of x split into the three terms (SplitRowToBf16x3). Written with bit operations
+// and no branches so that every clone it is inlined into vectorises it. Truncation (not rounding)
+// makes each term the top eight significant bits of what is left, so three are exact.
+__attribute__((always_inline)) inline void SplitToBf16x3(uint16_t* __restrict hi,
+                                                         uint16_t* __restrict mid,
+                                                         uint16_t* __restrict lo,
+                                                         const float* __restrict x, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) {
     uint32_t bits;
     std::memcpy(&bits, &x[c], 4);
     // Inf and NaN stay whole in hi (their remainders would be NaN).
@@ -176,7 +178,19 @@ KIMI_CLONES void SplitRowToBf16x3(uint16_t* __restrict hi, uint16_t* __restrict 
     mid[c] = static_cast<uint16_t>(m >> 16);
     lo[c] = static_cast<uint16_t>(l >> 16);
   }
-  for (int64_t c = k; c < kp; ++c) hi[c] = mid[c] = lo[c] = 0;
+}
+
+// One row into Problem::xt's layout, a block of 32 columns at a time.
+KIMI_CLONES void SplitRowToBf16x3(uint16_t* __restrict xt, int64_t block_stride,
+                                  const float* __restrict x, int64_t k, int64_t kp) {
+  for (int64_t b = 0; b < kp / 32; ++b) {
+    uint16_t* __restrict hi = xt + b * block_stride;
+    uint16_t* __restrict mid = hi + 32;
+    uint16_t* __restrict lo = hi + 64;
+    const int64_t n = std::clamp<int64_t>(k - b * 32, 0, 32);  // columns of x in this block
+    SplitToBf16x3(hi, mid, lo, x + b * 32, n);
+    for (int64_t c = n; c < 32; ++c) hi[c] = mid[c] = lo[c] = 0;
+  }
 }
 
 const Kernels* ScalarKernels() {
@@ -435,15 +449,12 @@ void RunMatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_
   thread_local uint64_t converted_serial = 0;  // the call whose x this thread's buffers hold
   const bool private_x = m * kp <= kMaxPrivateXFloats;
   // Rows [begin, end) of x into xp / xb / xt (the calling thread's buffers or the caller's).
-  const int64_t split_size = 3 * m * kp;  // xt: [m][3][kp]
+  const int64_t split_size = 3 * m * kp;  // xt: [kp / 32][m][3][32]
   const auto convert = [&](float* xp, uint16_t* xb, uint16_t* xt, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       if (need_f32) matmul_internal::PermuteRow(xp + i * kp, x + i * ldx, k, kp);
       if (need_bf16) matmul_internal::RoundRowToBf16(xb + i * kp, x + i * ldx, k, kp);
-      if (need_split) {
-        matmul_internal::SplitRowToBf16x3(xt + 3 * i * kp, xt + (3 * i + 1) * kp,
-                                          xt + (3 * i + 2) * kp, x + i * ldx, k, kp);
-      }
+      if (need_split) matmul_internal::SplitRowToBf16x3(xt + 96 * i, 96 * m, x + i * ldx, k, kp);
     }
   };
   // The shared copy, when x is not private: the caller's buffers.

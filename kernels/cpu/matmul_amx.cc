@@ -201,6 +201,31 @@ constexpr int64_t kMxfp4PrefetchBytes = 4096;
 // Lines of the side prefetch a block (a tile product of 48 cycles or more at fp32).
 constexpr int kSideLines = 4;
 
+// The activations as rows of bf16 (kTerms 1: p.xb, an x row each; 3: p.xt, row 3 i + t x row i's
+// term t): row r's block b of 32 at x + r * row + b * block (uint16 units).
+//
+// p.xt was [m][3][kp] before: a tile of 16 rows of a term then took lines 6 kp bytes apart (48 KiB
+// at K = 512, 12 pages), and its loads held the tile unit back. A probe of the fp32 tile loop (2
+// weight and 6 x tiles, 12 products a block pair, weights in L2) took 8.0 ns a product so and 5.5
+// with the block-major layout (lines 192 bytes apart; 5.3-5.5 with each tile's 1 KiB contiguous).
+// TilesRangeF32 alone, one thread: 512 x 512 at 32 rows (in L2) 582 -> 712 GFLOP/s, the prefill
+// shape 512 x 4096 x 1024 483 -> 587; MatMul on both threads 874-895 -> 970-983; kimi-bench
+// (alternated) prefill.gemm 892-909 -> 954-1003 GFLOP/s, prefill.512 k3-mini 360-373 -> 345-353
+// ms, kimi-linear-small 459-472 -> 445-450, batch-32 k3-mini steps 39.8-40.0 -> 39.0; batch 1 / 8
+// and matvec level.
+struct XRows {
+  const uint16_t* x;
+  int64_t row, block;
+};
+template <int kTerms>
+XRows XRowsOf(const Problem& p) {
+  if constexpr (kTerms == 1) {
+    return {p.xb, p.kp, 32};
+  } else {
+    return {p.xt, 32, 96 * p.m};  // [kp / 32][m][3][32]
+  }
+}
+
 // y[i, n] for every i < m and n in [n0, n1) (multiples of 8, or n1 = rows), x in kTerms bf16
 // terms (1: p.xb; 3: p.xt, each row's hi, mid, lo). Groups straddling n0 or n1 are computed whole
 // and stored in part. An unpacked weight's tiles are transposed from its rows as they are needed
@@ -213,9 +238,9 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
   const auto* data = static_cast<const uint16_t*>(w.data);
   const int64_t kp = p.kp, nb = kp / 32, group = kTileRows * kp;  // uint16 units per group
   alignas(64) uint16_t transposed[2][512];
-  // x row i's term t (p.xt: [m][3][kp]; p.xb: [m][kp]) at x + (i * kTerms + t) * kp.
-  const uint16_t* x = kTerms == 1 ? p.xb : p.xt;
-  const int64_t x_stride = kTerms * kp * 2;
+  // An x tile: one term of 16 x rows, kTerms rows of XRows apart.
+  const XRows xr = XRowsOf<kTerms>(p);
+  const int64_t x_stride = kTerms * xr.row * 2;
   // More than one pair of x tiles re-reads the weight once a pair: in chunks of up to 512 KiB of
   // tiles (L2 holds 2 MiB a core on the Xeon host), each read from memory once and then from L2 by
   // every pair. Without the chunks 64 rows through a 100512 x 1024 lm_head (200 MB, packed)
@@ -242,8 +267,8 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
         Configure(rows0, rows1);
         configured = rows0 * 32 + rows1;
       }
-      const uint16_t* x0 = x + i0 * kTerms * kp;
-      const uint16_t* x1 = x0 + 16 * kTerms * kp;
+      const uint16_t* x0 = xr.x + i0 * kTerms * xr.row;
+      const uint16_t* x1 = x0 + 16 * kTerms * xr.row;
       float* y0 = p.y + i0 * p.ldy;
       float* y1 = y0 + 16 * p.ldy;
       for (int64_t g = g0; g < g1; g += 2) {
@@ -280,11 +305,11 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
           KIMI_TILE_LOAD(6, tile0, 64);
           if (two) KIMI_TILE_LOAD(7, tile1, 64);
           for (int t = 0; t < kTerms; ++t) {
-            KIMI_TILE_LOAD(4, x0 + t * kp + b * 32, x_stride);
+            KIMI_TILE_LOAD(4, x0 + t * xr.row + b * xr.block, x_stride);
             _tile_dpbf16ps(0, 4, 6);
             if (two) _tile_dpbf16ps(1, 4, 7);
             if (rows1) {
-              KIMI_TILE_LOAD(5, x1 + t * kp + b * 32, x_stride);
+              KIMI_TILE_LOAD(5, x1 + t * xr.row + b * xr.block, x_stride);
               _tile_dpbf16ps(2, 5, 6);
               if (two) _tile_dpbf16ps(3, 5, 7);
             }
@@ -408,8 +433,8 @@ void Mxfp4TilesRange(const Problem& p, int64_t n0, int64_t n1) {
   const Weight& w = *p.w;
   const auto* codes = static_cast<const uint8_t*>(w.data);
   const int64_t kp = p.kp, nb = kp / 32;
-  const uint16_t* x = kTerms == 1 ? p.xb : p.xt;
-  const int64_t x_stride = kp * 2;                  // bytes between x tile rows: (row, term) pairs
+  const XRows xr = XRowsOf<kTerms>(p);              // an x tile: kTerms rows of XRows an x row
+  const int64_t x_stride = xr.row * 2;              // bytes between x tile rows
   constexpr int64_t kRowsPerTile = 16 / kTerms;     // x rows an x tile holds
   constexpr int64_t kChunkRows = 4 * kRowsPerTile;  // x rows at a time: four accumulators
   // Steps (group, block) decode this many ahead of their tile loads, into a ring of kRing tiles.
@@ -442,8 +467,8 @@ void Mxfp4TilesRange(const Problem& p, int64_t n0, int64_t n1) {
         KIMI_TILE_CONFIG(&cfg);
         configured = static_cast<int>(rows);
       }
-      const uint16_t* xa = x + i0 * kTerms * kp;
-      const int64_t tile_elems = kRowsPerTile * kTerms * kp;
+      const uint16_t* xa = xr.x + i0 * kTerms * xr.row;
+      const int64_t tile_elems = kRowsPerTile * kTerms * xr.row;
       const int64_t steps = (g1 - g0) * nb;
       const auto decode = [&](int64_t s) __attribute__((always_inline)) {
         const int64_t unit = g0 * nb + s;  // (group, block) in the weight's order
@@ -470,10 +495,10 @@ void Mxfp4TilesRange(const Problem& p, int64_t n0, int64_t n1) {
           }
           if (s % 2 == 0) {
             KIMI_TILE_LOAD(6, ring[s % kRing], 64);
-            KIMI_MXFP4_PRODUCTS(6, xa + b * 32, x_stride, tile_elems, nt);
+            KIMI_MXFP4_PRODUCTS(6, xa + b * xr.block, x_stride, tile_elems, nt);
           } else {
             KIMI_TILE_LOAD(7, ring[s % kRing], 64);
-            KIMI_MXFP4_PRODUCTS(7, xa + b * 32, x_stride, tile_elems, nt);
+            KIMI_MXFP4_PRODUCTS(7, xa + b * xr.block, x_stride, tile_elems, nt);
           }
         }
         const int64_t first = g * kTileRows;

@@ -35,7 +35,11 @@ struct Problem {
   // Distinct for every MatMulMany call (0: unknown), so a kernel may keep a per-thread copy of x
   // in its own layout across the ranges of one call instead of converting it for each.
   uint64_t x_serial = 0;
-  // [m][3][kp]: fp32 activations split exactly into three bf16 terms (SplitRowToBf16x3), each
+  // [kp / 32][m][3][32]: fp32 activations split exactly into three bf16 terms (SplitRowToBf16x3),
+  // block after block of 32 columns, each row's hi, mid, lo one after another in a block: column c
+  // of row i's term t at ((c / 32 * m + i) * 3 + t) * 32 + c % 32. An AMX tile of 16 rows of a
+  // term is then 16 lines 192 bytes apart, and one of 5 rows' three terms 15 adjacent lines
+  // (matmul_amx.cc's XRows has what the row-major [m][3][kp] before it cost).
   // row's hi, mid, lo one after another; for the AMX kernels' fp32 path.
   const uint16_t* xt = nullptr;
 };
@@ -110,9 +114,10 @@ void PermuteRow(float* xp, const float* x, int64_t k, int64_t kp);
 void RoundRowToBf16(uint16_t* xb, const float* x, int64_t k, int64_t kp);
 // x[k] = hi + mid + lo, each a bf16 (zero-padded to kp): hi is x truncated to bf16, mid the
 // remainder truncated, lo what is left (at most eight significant bits: exact for |x| above about
-// 2^-110; below, bits under 2^-133 are lost). A non-finite x is all in hi.
-void SplitRowToBf16x3(uint16_t* hi, uint16_t* mid, uint16_t* lo, const float* x, int64_t k,
-                      int64_t kp);
+// 2^-110; below, bits under 2^-133 are lost). A non-finite x is all in hi. Written as one row of
+// Problem::xt's layout: column c's terms at xt + c / 32 * block_stride + {0, 32, 64} + c % 32
+// (block_stride = 96 m for row i of m at xt + 96 i).
+void SplitRowToBf16x3(uint16_t* xt, int64_t block_stride, const float* x, int64_t k, int64_t kp);
 
 // 2^(s-127) for every E8M0 byte (255: NaN, 0: 2^-127).
 extern const float* const kE8m0;

@@ -99,7 +99,7 @@ class AmxIsa {
 double Bits(float f) { return static_cast<double>(f); }
 
 // x = hi + mid + lo exactly for finite x above 2^-100 (each term a bf16), whole in hi when not
-// finite; zero padding.
+// finite; zero padding; written as row 0 of two in Problem::xt's layout, row 1's words untouched.
 TEST(AmxSplit, ThreeBf16TermsAreExact) {
   std::vector<float> x = testing::RandomVector(1000, 3, -1e4f, 1e4f);
   for (float& v : testing::RandomVector(200, 4, -1e-30f, 1e-30f)) x.push_back(v);
@@ -117,14 +117,16 @@ TEST(AmxSplit, ThreeBf16TermsAreExact) {
     x.push_back(f);
   }
   const int64_t k = static_cast<int64_t>(x.size()), kp = (k + 31) / 32 * 32;
-  std::vector<uint16_t> hi(kp, 1), mid(kp, 1), lo(kp, 1);
-  matmul_internal::SplitRowToBf16x3(hi.data(), mid.data(), lo.data(), x.data(), k, kp);
+  const int64_t block_stride = 2 * 96;  // [kp / 32][2 rows][3][32]
+  std::vector<uint16_t> xt(kp / 32 * block_stride, 1);
+  matmul_internal::SplitRowToBf16x3(xt.data(), block_stride, x.data(), k, kp);
+  const auto term = [&](int t, int64_t c) { return xt[c / 32 * block_stride + 32 * t + c % 32]; };
   for (int64_t c = 0; c < k; ++c) {
-    const double h = Bf16ToF32(hi[c]), m = Bf16ToF32(mid[c]), l = Bf16ToF32(lo[c]);
+    const double h = Bf16ToF32(term(0, c)), m = Bf16ToF32(term(1, c)), l = Bf16ToF32(term(2, c));
     if (!std::isfinite(x[c])) {
       EXPECT_TRUE(std::isnan(x[c]) ? std::isnan(h) : h == x[c]) << c;
-      EXPECT_EQ(mid[c], 0);
-      EXPECT_EQ(lo[c], 0);
+      EXPECT_EQ(term(1, c), 0);
+      EXPECT_EQ(term(2, c), 0);
       continue;
     }
     if (std::fabs(x[c]) < std::ldexp(1.0, -100)) {
@@ -138,7 +140,10 @@ TEST(AmxSplit, ThreeBf16TermsAreExact) {
     EXPECT_LE(std::fabs(l), std::fabs(m) / 128) << x[c];
   }
   for (int64_t c = k; c < kp; ++c) {
-    EXPECT_EQ(hi[c] | mid[c] | lo[c], 0);
+    EXPECT_EQ(term(0, c) | term(1, c) | term(2, c), 0);
+  }
+  for (int64_t b = 0; b < kp / 32; ++b) {
+    for (int64_t j = 96; j < block_stride; ++j) EXPECT_EQ(xt[b * block_stride + j], 1) << b;
   }
 }
 
@@ -459,8 +464,7 @@ TEST(AmxMxfp4Tiles, KernelRangesMayCutAGroup) {
   MatMul(whole.data(), x.data(), s.w, m);
   std::vector<uint16_t> xt(3 * m * k);
   for (int64_t i = 0; i < m; ++i) {
-    matmul_internal::SplitRowToBf16x3(&xt[3 * i * k], &xt[(3 * i + 1) * k], &xt[(3 * i + 2) * k],
-                                      x.data() + i * k, k, k);
+    matmul_internal::SplitRowToBf16x3(&xt[96 * i], 96 * m, x.data() + i * k, k, k);
   }
   std::vector<float> y(m * ldy, -7.0f);
   matmul_internal::Problem p{y.data(), ldy, nullptr, k, &s.w, m};
