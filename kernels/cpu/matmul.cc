@@ -187,7 +187,11 @@ KIMI_CLONES void SplitRowToBf16x3(uint16_t* __restrict xt, int64_t block_stride,
     uint16_t* __restrict hi = xt + b * block_stride;
     uint16_t* __restrict mid = hi + 32;
     uint16_t* __restrict lo = hi + 64;
-    const int64_t n = std::clamp<int64_t>(k - b * 32, 0, 32);  // columns of x in this block
+    if (b < k / 32) {  // a whole block: a loop of known length, vectorised without a remainder
+      SplitToBf16x3(hi, mid, lo, x + b * 32, 32);
+      continue;
+    }
+    const int64_t n = std::max<int64_t>(k - b * 32, 0);  // columns of x in this block
     SplitToBf16x3(hi, mid, lo, x + b * 32, n);
     for (int64_t c = n; c < 32; ++c) hi[c] = mid[c] = lo[c] = 0;
   }
