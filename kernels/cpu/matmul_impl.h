@@ -35,12 +35,13 @@ struct Problem {
   // Distinct for every MatMulMany call (0: unknown), so a kernel may keep a per-thread copy of x
   // in its own layout across the ranges of one call instead of converting it for each.
   uint64_t x_serial = 0;
-  // [kp / 32][m][3][32]: fp32 activations split exactly into three bf16 terms (SplitRowToBf16x3),
-  // block after block of 32 columns, each row's hi, mid, lo one after another in a block: column c
-  // of row i's term t at ((c / 32 * m + i) * 3 + t) * 32 + c % 32. An AMX tile of 16 rows of a
-  // term is then 16 lines 192 bytes apart, and one of 5 rows' three terms 15 adjacent lines
-  // (matmul_amx.cc's XRows has what the row-major [m][3][kp] before it cost).
-  // row's hi, mid, lo one after another; for the AMX kernels' fp32 path.
+  // [kp / 32][m][3][32], for the AMX kernels' fp32 path: fp32 activations split exactly into three
+  // bf16 terms (SplitRowToBf16x3), block after block of 32 columns, each row's hi, mid, lo one
+  // after another in a block: column c of row i's term t at ((c / 32 * m + i) * 3 + t) * 32 + c %
+  // 32, m this Problem's m (so a subset of rows cannot be handed on by moving the pointer, as
+  // p.xb's can). An AMX tile of 16 rows of a term is then 16 lines 192 bytes apart, and one of 5
+  // rows' three terms 15 adjacent lines (matmul_amx.cc's XRows has what the row-major [m][3][kp]
+  // before it cost).
   const uint16_t* xt = nullptr;
 };
 
