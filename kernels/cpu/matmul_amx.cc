@@ -241,18 +241,24 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
   // An x tile: one term of 16 x rows, kTerms rows of XRows apart.
   const XRows xr = XRowsOf<kTerms>(p);
   const int64_t x_stride = kTerms * xr.row * 2;
-  // More than one pair of x tiles re-reads the weight once a pair: in chunks of up to 512 KiB of
-  // tiles (L2 holds 2 MiB a core on the Xeon host), each read from memory once and then from L2 by
-  // every pair. Without the chunks 64 rows through a 100512 x 1024 lm_head (200 MB, packed)
-  // streamed it twice from memory: 21.6-21.8 -> 18.3-18.4 ms with fp32 activations, 16.1-16.2 ->
-  // 11.3-11.7 ms with bf16 ones (a standalone loop over MatMul, best of 5, two runs each,
-  // alternated); whole steps (batch 64) were level within the host's spread at the time. Prefill
-  // (512 x 4096 x 1024, a weight in L3) was level too. The order of every output's sums is
-  // unchanged.
+  // More than one pair of x tiles re-reads the weight once a pair: in chunks of tiles, each read
+  // from memory once and then from cache by every pair. Without the chunks 64 rows through a
+  // 100512 x 1024 lm_head (200 MB, packed) streamed it twice from memory: 21.6-21.8 -> 18.3-18.4
+  // ms with fp32 activations, 16.1-16.2 -> 11.3-11.7 ms with bf16 ones (a standalone loop over
+  // MatMul, best of 5, two runs each, alternated); whole steps (batch 64) were level within the
+  // host's spread at the time. Prefill (512 x 4096 x 1024, a weight in L3) was level too.
+  //
+  // Every chunk in turn reads all of x, so a chunk is half of x's bytes, at least 512 KiB (L2 holds
+  // 2 MiB a core on the Xeon host) and at most 4 MiB. With 512 KiB always, 512 rows of K = 7168
+  // (22 MB of x in three terms) re-read x from L3 for every two weight groups: one thread, a 2048 x
+  // 7168 weight, 244 GFLOP/s against 317 with 4 MiB chunks (and 322 at 8, 284 at 2); at K = 2048
+  // 510 against 567; at K = 1024 (3 MB of x) 553 with 512 KiB, 568 at 2 MiB, 544 at 4. The order
+  // of every output's sums is unchanged.
   const int64_t first_group = n0 / kTileRows, end_group = (n1 + kTileRows - 1) / kTileRows;
-  const int64_t chunk = p.m <= 32
-                            ? end_group - first_group
-                            : std::max<int64_t>(2, (int64_t{512} << 10) / (nb * 1024) / 2 * 2);
+  const int64_t chunk_bytes =
+      std::clamp<int64_t>(p.m * kTerms * kp, int64_t{512} << 10, int64_t{4} << 20);
+  const int64_t chunk =
+      p.m <= 32 ? end_group - first_group : std::max<int64_t>(2, chunk_bytes / (nb * 1024) / 2 * 2);
   int configured = -1;
   // The side prefetch (side_prefetch.h), a few lines a block while there is some, as AVX-512's
   // group loops take it.
