@@ -149,12 +149,13 @@ TEST(AmxSplit, ThreeBf16TermsAreExact) {
 
 // The shapes reach every part of the tile loop: 1..16 x rows (one x tile of fewer rows), 17..32
 // (two), 33, 40 and 70 (several pairs and a short last one); an odd number of weight groups (a
-// lone last group); one block of columns and many; weight chunks (40 x 160 x 4096: 4 groups a
-// chunk, three chunks).
+// lone last group); one block of columns and many; slices of K with more than 32 x rows (40 x 160
+// x 4096: four slices of 32 blocks; 40 x 272 x 2048: two, and weight chunks of 16 groups, the
+// second a lone group).
 using Shapes = std::vector<std::tuple<int64_t, int64_t, int64_t>>;  // m, n, k
-const Shapes kShapes = {{1, 16, 32},    {1, 48, 2048}, {3, 32, 96},    {16, 16, 64},
-                        {17, 80, 128},  {31, 32, 320}, {32, 48, 64},   {33, 16, 1024},
-                        {70, 112, 256}, {5, 64, 4096}, {40, 160, 4096}};
+const Shapes kShapes = {{1, 16, 32},    {1, 48, 2048}, {3, 32, 96},     {16, 16, 64},
+                        {17, 80, 128},  {31, 32, 320}, {32, 48, 64},    {33, 16, 1024},
+                        {70, 112, 256}, {5, 64, 4096}, {40, 160, 4096}, {40, 272, 2048}};
 
 // The checks bf16 and MXFP4 weights share, on matrices from make(n, k, seed) (.w unpacked, .dense
 // its values).
