@@ -98,8 +98,8 @@ void Configure(int rows0, int rows1) {
   KIMI_TILE_CONFIG(&cfg);
 }
 
-// Accumulator tile t (0..3) to dst, `stride` bytes between rows (the tile intrinsics take their
-// tile number as a literal).
+// Accumulator tile t (0..3) zeroed, stored to dst or loaded from src, `stride` bytes between rows
+// (the tile intrinsics take their tile number as a literal).
 inline void ZeroAccumulator(int t) {
   switch (t) {
     case 0:
@@ -267,18 +267,22 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
   // MatMul, best of 5, two runs each, alternated); whole steps (batch 64) were level within the
   // host's spread at the time. Prefill (512 x 4096 x 1024, a weight in L3) was level too.
   //
-  // Every chunk in turn reads all of x, so a chunk is half of x's bytes, at least 512 KiB (L2 holds
-  // 2 MiB a core on the Xeon host) and at most 4 MiB. With 512 KiB always, 512 rows of K = 7168
-  // (22 MB of x in three terms) re-read x from L3 for every two weight groups: one thread, a 2048 x
-  // 7168 weight, 244 GFLOP/s against 317 with 4 MiB chunks (and 322 at 8, 284 at 2); at K = 2048
-  // 510 against 567; at K = 1024 (3 MB of x) 553 with 512 KiB, 568 at 2 MiB, 544 at 4.
+  // Every chunk in turn reads all of x (of a slice, below), so a chunk is half of those x bytes, at
+  // least 512 KiB (L2 holds 2 MiB a core on the Xeon host) and at most 4 MiB. With 512 KiB always,
+  // 512 rows of K = 7168 (22 MB of x in three terms) re-read x from L3 for every two weight groups:
+  // one thread, a 2048 x 7168 weight, 244 GFLOP/s against 317 with chunks of half of all of x
+  // (4 MiB; 322 at 8, 284 at 2); at K = 2048 510 against 567; at K = 1024 (3 MB of x) 553 with 512
+  // KiB, 568 at 2 MiB, 544 at 4.
   //
   // Wider rows go in slices of kSliceBlocks blocks (with more than one pass of x rows): a chunk's
-  // tiles of one slice stay in L2 for every pass, and x is read once a chunk; each accumulator is
-  // kept in `partial` between slices (exact: fp32 stored and loaded as it is), so the order of
-  // every output's sums is unchanged, the blocks in turn. One thread, 2048 x 7168: 512 rows 326 ->
-  // 600 GFLOP/s, 128 rows 350 -> 586, 64 rows 295 -> 570, bf16 activations 801 -> 1143; MatMul on
-  // both threads 605-615 -> 886-914 (bf16 1603 -> 2055); K = 1024 and 2048 level.
+  // tiles of one slice stay in cache for every pass (in L2 up to about 680 x rows with fp32
+  // activations), and x is read once a chunk; each accumulator is kept in `partial` between slices
+  // (exact: fp32 stored and loaded as it is), so the order of every output's sums is unchanged,
+  // the blocks in turn. `partial` takes 1 KiB for every 16 x rows and group of a chunk: at most 8
+  // KiB an x row (1.5 MiB a thread at the default 512-token prefill chunk). One thread, 2048 x
+  // 7168: 512 rows 326 -> 600 GFLOP/s, 128 rows 350 -> 586, 64 rows 295 -> 570, bf16 activations
+  // 801 -> 1143; MatMul on both threads 605-615 -> 886-914 (bf16 1603 -> 2055); K = 1024 and 2048
+  // level.
   constexpr int64_t kSliceBlocks = 32;
   const int64_t slice = p.m > 32 && nb > kSliceBlocks ? kSliceBlocks : nb;
   const int64_t first_group = n0 / kTileRows, end_group = (n1 + kTileRows - 1) / kTileRows;
@@ -287,9 +291,10 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
   const int64_t chunk = p.m <= 32 ? end_group - first_group
                                   : std::max<int64_t>(2, chunk_bytes / (slice * 1024) / 2 * 2);
   // Accumulator tiles between slices: [x row tile][group of the chunk][16 x 16].
+  const int64_t kept_groups = std::min(chunk, end_group - first_group);
   thread_local std::vector<float> partial_buffer;
   float* const partial =
-      slice < nb ? CacheLineAligned(partial_buffer, (p.m + 15) / 16 * chunk * 256) : nullptr;
+      slice < nb ? CacheLineAligned(partial_buffer, (p.m + 15) / 16 * kept_groups * 256) : nullptr;
   int configured = -1;
   // The side prefetch (side_prefetch.h), a few lines a block while there is some, as AVX-512's
   // group loops take it.
@@ -318,7 +323,7 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
           }
           // Accumulator t's tile in `partial`: x row tile i0 / 16 + t / 2, group g + t % 2.
           const auto kept = [&](int t) {
-            return partial + ((i0 / 16 + t / 2) * chunk + (g - g0) + t % 2) * 256;
+            return partial + ((i0 / 16 + t / 2) * kept_groups + (g - g0) + t % 2) * 256;
           };
           for (int t = 0; t < 4; ++t) {
             // Tiles 2 and 3 are not configured without rows1, and may not be named then.
