@@ -113,7 +113,8 @@ std::unique_ptr<Model> LoadPreset(const Context& ctx, const std::string& preset)
 // GHz within an hour on the Zen 5 host).
 class GemmPeakMeter {
  public:
-  GemmPeakMeter();
+  // The product: 512 rows (a prefill chunk) through a 4096 x k bf16 weight.
+  explicit GemmPeakMeter(int64_t k = 1024);
   ~GemmPeakMeter();
   GemmPeakMeter(const GemmPeakMeter&) = delete;
   GemmPeakMeter& operator=(const GemmPeakMeter&) = delete;

@@ -38,6 +38,9 @@ ABSL_FLAG(int, profile_steps, 0,
 ABSL_FLAG(int, prefill_tokens, 512,
           "prompt length of the prefill.<N>.<model> figures: one sequence's prompt as one step "
           "from fresh state (512: the server's default token budget)");
+ABSL_FLAG(int, gemm_k, 1024,
+          "K of prefill.gemm's product (512 x 4096 x K), which also gives the batched decode and "
+          "prefill figures their compute peak (K3's hidden size is 7168)");
 ABSL_FLAG(bool, matmul_profile, false,
           "with --profile_steps: run the steps once more with MatMul timing on and print where "
           "their MatMul time goes, by shape");
@@ -112,7 +115,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<GemmPeakMeter> meter;
   if ((ctx.Wants("prefill.gemm") || ctx.Wants("prefill.gemm.bf16") || rooflines) &&
       ctx.profile_steps == 0) {
-    meter = std::make_unique<GemmPeakMeter>();
+    meter = std::make_unique<GemmPeakMeter>(
+        std::max<int64_t>(32, absl::GetFlag(FLAGS_gemm_k) / 32 * 32));
     RunGemm(ctx, *meter);
   }
   for (const std::string& m : models) RunDecode(ctx, m, meter.get());

@@ -27,7 +27,7 @@
 namespace kimi::bench {
 namespace {
 
-constexpr int64_t kM = 512, kN = 4096, kK = 1024;  // a prefill chunk through a 1024 -> 4096 MLP
+constexpr int64_t kM = 512, kN = 4096;  // a prefill chunk through a K -> 4096 MLP (K: --gemm_k)
 
 // Runs fn repeatedly for >= 0.25 s; returns GFLOP/s.
 template <class F>
@@ -56,16 +56,17 @@ class DnnlGemm {
   // nullptr when oneDNN has no implementation for `dt` on this machine (bf16 without AVX-512):
   // oneDNN reports that by throwing, which stops here.
   static std::unique_ptr<DnnlGemm> Make(dnnl::memory::data_type dt, const std::vector<float>& x,
-                                        const std::vector<float>& w) {
+                                        const std::vector<float>& w, int64_t k) {
     try {
-      return std::make_unique<DnnlGemm>(dt, x, w);
+      return std::make_unique<DnnlGemm>(dt, x, w, k);
     } catch (const dnnl::error& e) {
       std::fprintf(stderr, "[bench] oneDNN %s matmul unavailable here: %s\n",
                    dt == dnnl::memory::data_type::bf16 ? "bf16" : "f32", e.what());
       return nullptr;
     }
   }
-  DnnlGemm(dnnl::memory::data_type dt, const std::vector<float>& x, const std::vector<float>& w)
+  DnnlGemm(dnnl::memory::data_type dt, const std::vector<float>& x, const std::vector<float>& w,
+           int64_t kK)
       : eng_(dnnl::engine::kind::cpu, 0), stream_(eng_) {
     using namespace dnnl;
     using tag = memory::format_tag;
@@ -106,7 +107,7 @@ class DnnlGemm {
 // beside our MatMul, and the batched decode figures take their compute roof from them in each of
 // their own rounds.
 struct GemmPeakMeter::Impl {
-  Impl() : x(kM * kK), wf(kN * kK), y(kM * kN) {
+  explicit Impl(int64_t k) : kK(k), kFlops(2.0 * kM * kN * k), x(kM * k), wf(kN * k), y(kM * kN) {
     // The weight from a cache line, as the engine's are (engine/safetensors.cc).
     uint16_t* wb = cpu::CacheLineAligned(wb_storage, kN * kK);
     std::mt19937 rng(7);
@@ -123,14 +124,13 @@ struct GemmPeakMeter::Impl {
     w.cols = kK;
     cpu::PackInPlace(&w);  // as the engine holds its weights
 #ifdef KIMI_BENCH_HAVE_DNNL
-    dnnl_bf16 = DnnlGemm::Make(dnnl::memory::data_type::bf16, x, wf);
-    dnnl_f32 = DnnlGemm::Make(dnnl::memory::data_type::f32, x, wf);
+    dnnl_bf16 = DnnlGemm::Make(dnnl::memory::data_type::bf16, x, wf, kK);
+    dnnl_f32 = DnnlGemm::Make(dnnl::memory::data_type::f32, x, wf, kK);
 #endif
 #ifdef KIMI_BENCH_HAVE_OPENBLAS
     openblas_set_num_threads(cpu::ThreadPool::Global().num_threads());
 #endif
   }
-  static constexpr double kFlops = 2.0 * kM * kN * kK;
 
   // GFLOP/s of each library now; 0 when the build or the machine lacks it.
   double OneDnnBf16() {
@@ -164,6 +164,8 @@ struct GemmPeakMeter::Impl {
     return Rate([&] { cpu::MatMul(y.data(), x.data(), w, kM); }, kFlops);
   }
 
+  const int64_t kK;
+  const double kFlops;
   std::vector<float> x, wf;
   std::vector<uint16_t> wb_storage;
   std::vector<float> y;
@@ -173,7 +175,7 @@ struct GemmPeakMeter::Impl {
 #endif
 };
 
-GemmPeakMeter::GemmPeakMeter() : impl_(std::make_unique<Impl>()) {}
+GemmPeakMeter::GemmPeakMeter(int64_t k) : impl_(std::make_unique<Impl>(k)) {}
 GemmPeakMeter::~GemmPeakMeter() = default;
 
 double GemmPeakMeter::Measure(bool bf16) {
@@ -227,7 +229,8 @@ void RunGemm(const Context& ctx, GemmPeakMeter& meter) {
     f.note = absl::StrFormat(
         "MatMul %ldx%ldx%ld, bf16 weights, fp32 activations, %d threads; baseline: best library "
         "GEMM",
-        kM, kN, kK, threads);
+        kM, kN, g.kK, threads);
+    f.detail["k"] = g.kK;
     f.detail["onednn_bf16_GFLOPs"] = Median(d_bf16);
     f.detail["onednn_f32_GFLOPs"] = Median(d_f32);
     f.detail["openblas_sgemm_GFLOPs"] = Median(blas);
