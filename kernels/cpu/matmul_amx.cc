@@ -98,57 +98,39 @@ void Configure(int rows0, int rows1) {
   KIMI_TILE_CONFIG(&cfg);
 }
 
-// Accumulator tile t (0..3) zeroed, stored to dst or loaded from src, `stride` bytes between rows
-// (the tile intrinsics take their tile number as a literal).
+// Runs OP(T) for accumulator tile t (0..3) with T its number as a literal, which is what the tile
+// instructions take.
+#define KIMI_ON_ACCUMULATOR(t, OP) \
+  switch (t) {                     \
+    case 0:                        \
+      OP(0);                       \
+      break;                       \
+    case 1:                        \
+      OP(1);                       \
+      break;                       \
+    case 2:                        \
+      OP(2);                       \
+      break;                       \
+    default:                       \
+      OP(3);                       \
+      break;                       \
+  }
+
+// Accumulator tile t zeroed, stored to dst or loaded from src, `stride` bytes between rows.
 inline void ZeroAccumulator(int t) {
-  switch (t) {
-    case 0:
-      _tile_zero(0);
-      return;
-    case 1:
-      _tile_zero(1);
-      return;
-    case 2:
-      _tile_zero(2);
-      return;
-    default:
-      _tile_zero(3);
-      return;
-  }
+#define KIMI_OP(T) _tile_zero(T)
+  KIMI_ON_ACCUMULATOR(t, KIMI_OP)
+#undef KIMI_OP
 }
-
 inline void StoreAccumulator(int t, float* dst, int64_t stride) {
-  switch (t) {
-    case 0:
-      KIMI_TILE_STORE(0, dst, stride);
-      return;
-    case 1:
-      KIMI_TILE_STORE(1, dst, stride);
-      return;
-    case 2:
-      KIMI_TILE_STORE(2, dst, stride);
-      return;
-    default:
-      KIMI_TILE_STORE(3, dst, stride);
-      return;
-  }
+#define KIMI_OP(T) KIMI_TILE_STORE(T, dst, stride)
+  KIMI_ON_ACCUMULATOR(t, KIMI_OP)
+#undef KIMI_OP
 }
-
 inline void LoadAccumulator(int t, const float* src, int64_t stride) {
-  switch (t) {
-    case 0:
-      KIMI_TILE_LOAD(0, src, stride);
-      return;
-    case 1:
-      KIMI_TILE_LOAD(1, src, stride);
-      return;
-    case 2:
-      KIMI_TILE_LOAD(2, src, stride);
-      return;
-    default:
-      KIMI_TILE_LOAD(3, src, stride);
-      return;
-  }
+#define KIMI_OP(T) KIMI_TILE_LOAD(T, src, stride)
+  KIMI_ON_ACCUMULATOR(t, KIMI_OP)
+#undef KIMI_OP
 }
 
 // Rows [0, rows) of accumulator tile t, columns [c0, c1) of its 16 (weight rows g * 16 + c), into

@@ -95,17 +95,22 @@ void ReorderNibbles(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t cols
   }
 }
 
+// body(in, out) for each 16-row group of `rows` rows of `cols` MXFP4 codes, in src and dst.
+template <class Body>
+void ForEachTileGroup(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t cols,
+                      const Body& body) {
+  const int64_t group_bytes = kTileRows * cols / 2;
+  for (int64_t g = 0; g < rows / kTileRows; ++g) body(src + g * group_bytes, dst + g * group_bytes);
+}
+
 // kTiles MXFP4 codes packed a byte at a time (TilesCodeNibble's layout: the loader packs every
 // expert, and a 2048 x 7168 weight took 9 ms to pack this way, 31 nibble by nibble): byte h of word
 // w of chunk q of block b holds, low then high, the codes of lanes 4q + 2h and 4q + 2h + 1 of row w
 // / 2 of the group, element w % 2 of each lane, which are nibble w % 2 of that row's code bytes 4q
 // + 2h and 4q + 2h + 1 of the block.
 void PackTileCodes(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t cols) {
-  constexpr int64_t G = kTileRows;
   const int64_t nb = cols / 32, row_bytes = cols / 2;
-  for (int64_t g = 0; g < rows / G; ++g) {
-    const uint8_t* in = src + g * G * row_bytes;
-    uint8_t* out = dst + g * G * row_bytes;
+  ForEachTileGroup(src, dst, rows, cols, [&](const uint8_t* in, uint8_t* out) {
     for (int64_t b = 0; b < nb; ++b) {
       for (int64_t q = 0; q < 4; ++q) {
         for (int64_t w = 0; w < 32; ++w) {
@@ -118,7 +123,7 @@ void PackTileCodes(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t cols)
         }
       }
     }
-  }
+  });
 }
 
 // PackTileCodes undone (what CopyRowMajor hands the CUDA loader), a byte at a time in the order it
@@ -128,12 +133,9 @@ void PackTileCodes(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t cols)
 // block b of row j holds elements 2J and 2J + 1, lane J's pair, which lie in words 2j and 2j + 1 of
 // chunk J / 4, nibble J % 4 of each.
 void UnpackTileCodes(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t cols) {
-  constexpr int64_t G = kTileRows;
   const int64_t nb = cols / 32, row_bytes = cols / 2;
-  for (int64_t g = 0; g < rows / G; ++g) {
-    const uint8_t* in = src + g * G * row_bytes;
-    uint8_t* out = dst + g * G * row_bytes;
-    for (int64_t j = 0; j < G; ++j) {
+  ForEachTileGroup(src, dst, rows, cols, [&](const uint8_t* in, uint8_t* out) {
+    for (int64_t j = 0; j < kTileRows; ++j) {
       for (int64_t b = 0; b < nb; ++b) {
         for (int64_t lane = 0; lane < 16; ++lane) {
           const uint8_t* word = in + b * 256 + (lane / 4) * 64 + 4 * j + (lane % 4) / 2;
@@ -143,7 +145,7 @@ void UnpackTileCodes(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t col
         }
       }
     }
-  }
+  });
 }
 
 // Reorders `rows` rows of w's data from src to dst for `layout`.

@@ -58,11 +58,11 @@ Mxfp4Matrix MakeMxfp4(int64_t n, int64_t k, uint32_t seed, int lo = 118, int hi 
   for (auto& b : s.codes) b = static_cast<uint8_t>(rng());
   for (auto& b : s.scales) b = static_cast<uint8_t>(lo + static_cast<int>(rng() % (hi - lo + 1)));
   s.dense = testing::Mxfp4Values(s.codes, s.scales, n, k);
-  s.w.data = s.codes.data();
-  s.w.scales = s.scales.data();
-  s.w.format = WeightFormat::kMxfp4;
-  s.w.rows = n;
-  s.w.cols = k;
+  s.w = Weight{.data = s.codes.data(),
+               .scales = s.scales.data(),
+               .format = WeightFormat::kMxfp4,
+               .rows = n,
+               .cols = k};
   return s;
 }
 

@@ -75,11 +75,11 @@ Stored EveryCodeEveryScale() {
     }
     for (int64_t b = 0; b < kCols / 32; ++b) s.scales[r * kCols / 32 + b] = static_cast<uint8_t>(r);
   }
-  s.w.data = s.data.data();
-  s.w.scales = s.scales.data();
-  s.w.format = WeightFormat::kMxfp4;
-  s.w.rows = kRows;
-  s.w.cols = kCols;
+  s.w = Weight{.data = s.data.data(),
+               .scales = s.scales.data(),
+               .format = WeightFormat::kMxfp4,
+               .rows = kRows,
+               .cols = kCols};
   return s;
 }
 
