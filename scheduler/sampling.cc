@@ -5,12 +5,14 @@
 #include <cassert>
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <iterator>
 #include <limits>
 #include <numeric>
 #include <optional>
 #include <unordered_map>
+
+#include "kernels/cpu/matmul.h"
+#include "scheduler/exp_sum_avx512.h"
 
 namespace kimi::sched {
 namespace {
@@ -147,6 +149,51 @@ KIMI_ROW_LOOP void RunMaxima(std::span<const float> x, float* maxima) {
   for (; r < runs; ++r) maxima[r] = LargestLane(LaneMaxima(x.data() + r * kRun, kRun));
 }
 
+// Signed integers that order non-NaN floats as < does (-0 just below +0), and back.
+inline int32_t SignedKey(float x) {
+  const auto bits = std::bit_cast<int32_t>(x);
+  return bits < 0 ? bits ^ 0x7fffffff : bits;
+}
+inline float FromSignedKey(int32_t key) {
+  return std::bit_cast<float>(key < 0 ? key ^ 0x7fffffff : key);
+}
+
+// The n-th largest of x (1 <= n <= x.size(), no NaNs): the largest key K with at least n keys at
+// or above it, found by halving [smallest key, largest key], each count taken 16 lanes at a time
+// without a branch (at most 32 rounds over the keys). TopIds' bound: over a 100,512-token row's
+// 1570 run maxima at n = 40 a min-heap of the n largest took 17-18 thousand cycles (its pushes and
+// pops follow the data, so their branches mispredict; std::nth_element was three times slower
+// still), this 5 thousand.
+KIMI_ROW_LOOP float NthLargest(std::span<const float> x, size_t n) {
+  thread_local std::vector<int32_t> keys;
+  const size_t padded = (x.size() + 15) / 16 * 16;
+  keys.assign(padded, std::numeric_limits<int32_t>::min());  // padding: below every mid
+  int64_t lo = std::numeric_limits<int32_t>::max(), hi = std::numeric_limits<int32_t>::min();
+  for (size_t i = 0; i < x.size(); ++i) {
+    keys[i] = SignedKey(x[i]);
+    lo = std::min<int64_t>(lo, keys[i]);
+    hi = std::max<int64_t>(hi, keys[i]);
+  }
+  while (lo < hi) {  // at least n keys >= lo, fewer than n above hi
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    Ints16 at_least = {}, m;
+    for (int j = 0; j < 16; ++j) m[j] = static_cast<int32_t>(mid);
+    for (size_t i = 0; i < padded; i += 16) {
+      Ints16 k;
+      std::memcpy(&k, keys.data() + i, sizeof k);
+      at_least -= k >= m;  // a true lane is -1
+    }
+    int64_t count = 0;
+    for (int j = 0; j < 16; ++j) count += at_least[j];
+    if (count >= static_cast<int64_t>(n)) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return FromSignedKey(static_cast<int32_t>(lo));
+}
+
 // Blocks of a row whose exp sums are kept, so a draw finds its block and walks only that one.
 constexpr size_t kBlock = 1024;
 
@@ -262,8 +309,17 @@ float* Scratch(size_t n) {
   return buffer.data();
 }
 
-// log of the raw row's softmax normaliser: logprob(t) = x[t] - LogSumExp(x); mx = MaxOf(x).
+// log of the raw row's softmax normaliser: logprob(t) = x[t] - LogSumExp(x); mx = MaxOf(x). On
+// AVX-512 the exps take vscalefps and vreduceps (exp_sum_avx512.h): one thread, the 64 rows of
+// RowMaxima's comment at top-k 40, top-p 0.95 with the chosen token's logprob, rows written by two
+// threads just before (in L3, as the LM head leaves them) and sampled on two: 41-46 -> 33-39 us a
+// row; the same tokens, the logprobs within 1e-7 of the portable loop's.
 double LogSumExp(std::span<const float> x, float mx, NextRow* next) {
+  if (cpu::HasAvx512(cpu::MatMulIsa())) {
+    const NextRow ahead = next ? *next : NextRow{};
+    if (next) *next = NextRow{};
+    return mx + std::log(ExpSumAvx512(x.data(), x.size(), mx, ahead.data, ahead.size));
+  }
   return mx + std::log(ExpRow(x, mx, 1.0f, nullptr, nullptr, next));
 }
 
@@ -310,7 +366,7 @@ class RowMaxima {
 // few runs' worth, ordered once. A heap offered every element above its current worst (some three
 // hundred pops and pushes at n = 40) was slower: one thread, 64 rows of 100,512 normal logits at
 // top-k 40, top-p 0.95, with the chosen token's logprob, 73-83 -> 59-69 us per row (47 -> 34
-// without the logprob), the same tokens.
+// without the logprob), the same tokens. The n-th largest maximum itself: see NthLargest.
 std::vector<int32_t> TopIds(std::span<const float> l, size_t n, RowMaxima& row) {
   n = std::min(n, l.size());
   std::vector<int32_t> ids;
@@ -318,20 +374,8 @@ std::vector<int32_t> TopIds(std::span<const float> l, size_t n, RowMaxima& row) 
   auto better = [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
   const size_t runs = l.size() / kRun;
   if (runs >= n) {
-    thread_local std::vector<float> ranked;
     const std::span<const float> maxima = row.Runs();
-    // The n largest maxima on a min-heap (std::nth_element over all of them was three times
-    // slower: it partitions every maximum several times; the heap sees most of them once).
-    ranked.assign(maxima.begin(), maxima.begin() + static_cast<std::ptrdiff_t>(n));
-    std::make_heap(ranked.begin(), ranked.end(), std::greater<float>());
-    for (size_t r = n; r < runs; ++r) {
-      if (maxima[r] > ranked.front()) {
-        std::pop_heap(ranked.begin(), ranked.end(), std::greater<float>());
-        ranked.back() = maxima[r];
-        std::push_heap(ranked.begin(), ranked.end(), std::greater<float>());
-      }
-    }
-    const float bound = ranked.front();
+    const float bound = NthLargest(maxima, n);
     for (size_t r = 0; r < runs; ++r) {
       if (!(maxima[r] >= bound)) continue;
       for (size_t j = r * kRun; j < (r + 1) * kRun; ++j) {

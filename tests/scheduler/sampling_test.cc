@@ -376,11 +376,12 @@ TEST(Sampling, TopPOverTheWholeRowMatchesTheDefinition) {
 // The reported alternatives are the best ids by value, ties to the lower id, best first, and
 // never a NaN while numbers remain: on rows with many ties (values from a few dozen levels), with
 // NaNs and -inf sprinkled in, long enough to take the run-maxima bound and short enough (a few
-// runs) to be ordered whole; against a stable sort of the row.
+// runs) to be ordered whole; rows of negative levels with -0 beside +0 and +inf, and rows of -inf
+// but a few numbers (the n-th largest run maximum is then -inf); against a stable sort of the row.
 TEST(Sampling, AlternativesAreTheBestIdsTiesToTheLowerId) {
   std::mt19937 rng(5);
   for (const size_t vocab : {size_t{100000}, size_t{4103}, size_t{130}, size_t{7}}) {
-    for (int row = 0; row < 3; ++row) {
+    for (int row = 0; row < 5; ++row) {
       std::vector<float> l(vocab);
       for (float& v : l) v = static_cast<float>(static_cast<int>(rng() % 40)) * 0.25f;
       for (size_t i = 0; i < vocab / 50; ++i) l[rng() % vocab] = std::nanf("");
@@ -388,6 +389,15 @@ TEST(Sampling, AlternativesAreTheBestIdsTiesToTheLowerId) {
       if (row == 2) {
         for (float& v : l) v = std::nanf("");  // all NaN but a few numbers
         for (int i = 0; i < 3; ++i) l[rng() % vocab] = static_cast<float>(i);
+      }
+      if (row == 3) {  // negative levels, zeros of both signs, a few +inf
+        for (float& v : l) v = static_cast<float>(static_cast<int>(rng() % 9) - 8) * 0.25f;
+        for (size_t i = 0; i < vocab / 4; ++i) l[rng() % vocab] = (rng() % 2) ? -0.0f : 0.0f;
+        for (int i = 0; i < 3; ++i) l[rng() % vocab] = INFINITY;
+      }
+      if (row == 4) {
+        for (float& v : l) v = -INFINITY;  // all -inf but a few numbers
+        for (int i = 0; i < 3; ++i) l[rng() % vocab] = -static_cast<float>(i);
       }
       std::vector<int32_t> want(vocab);
       std::iota(want.begin(), want.end(), 0);
