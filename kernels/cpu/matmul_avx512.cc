@@ -311,18 +311,36 @@ KIMI_ALWAYS_INLINE void StoreGroupSums(const __m512 (*acc)[kPackRows], float* y,
   if constexpr (MR == 2) _mm256_storeu_ps(y + ldy, _mm512_extractf32x8_ps(r, 1));
 }
 
-// y[i, n + j] for i < MR, j < NR: MR rows of xp against NR rows of W, the whole of K.
+// A slice of K (blocks [b0, end)) of products whose lane accumulators wait in memory between
+// slices (RangeWithSlices): accumulator (i, j) of a tile at at[i * stride + j]; the first slice
+// starts from zero, the last one reduces into y.
+struct KeptSums {
+  __m512* at = nullptr;
+  int64_t stride = 0;
+  int64_t b0 = 0;
+  bool first = true, last = true;
+  KIMI_ALWAYS_INLINE KeptSums Offset(int64_t rows, int64_t cols) const {
+    KeptSums k = *this;
+    if (at) k.at += rows * stride + cols;
+    return k;
+  }
+};
+
+// y[i, n + j] for i < MR, j < NR: MR rows of xp against NR rows of W, the whole of K (blocks up to
+// `full`, then a tail of `rem` columns), or one slice of it (`kept`).
 // With `ahead` > 0, block b of rows n + ahead .. n + ahead + NR - 1 is prefetched while block b of
 // this tile is read: the weights of a later tile arrive while this one computes. Rows of a few KiB
 // are too short for the hardware prefetcher to lock on by itself.
 template <int MR, int NR, class L>
 inline void Tile(const L& l, const float* xp, int64_t kp, float* y, int64_t ldy, int64_t n,
-                 int64_t full, int rem, int64_t ahead = 0) {
+                 int64_t full, int rem, int64_t ahead = 0, const KeptSums& kept = {}) {
   __m512 acc[MR][NR];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+    for (int j = 0; j < NR; ++j) {
+      acc[i][j] = kept.first ? _mm512_setzero_ps() : _mm512_load_ps(kept.at + i * kept.stride + j);
+    }
   }
   // x first (2 MR registers), then one W row at a time, used by every x row at once: MR * NR
   // accumulators + 2 MR + 2 registers.
@@ -348,7 +366,7 @@ inline void Tile(const L& l, const float* xp, int64_t kp, float* y, int64_t ldy,
       }
     }
   };
-  for (int64_t b = 0; b < full; ++b) {
+  for (int64_t b = kept.b0; b < full; ++b) {
     if (ahead > 0) {
 #pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) l.Prefetch(n + ahead + j, b);
@@ -356,6 +374,14 @@ inline void Tile(const L& l, const float* xp, int64_t kp, float* y, int64_t ldy,
     step(b, false);
   }
   if (rem) step(full, true);
+  if (!kept.last) {
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) _mm512_store_ps(kept.at + i * kept.stride + j, acc[i][j]);
+    }
+    return;
+  }
   if constexpr (MR == 4 && NR == 4) {
     StoreQuadSums<4>(acc, y + n, ldy);
     return;
@@ -739,32 +765,37 @@ inline void GroupStrips(const MakeGroup& make, const Problem& p, int64_t n0, int
 
 // Rows [i0, i0 + MR) of the problem against W rows [n0, n1): tiles of 4 W rows, then single rows.
 template <int MR, class L>
-inline void RowStrip(const L& l, const Problem& p, int64_t i0, int64_t n0, int64_t n1,
-                     int64_t full, int rem, int64_t ahead) {
+inline void RowStrip(const L& l, const Problem& p, int64_t i0, int64_t n0, int64_t n1, int64_t full,
+                     int rem, int64_t ahead, const KeptSums& kept) {
   const float* xp = p.xp + i0 * p.kp;
   float* y = p.y + i0 * p.ldy;
   int64_t n = n0;
-  for (; n + 4 <= n1; n += 4) Tile<MR, 4>(l, xp, p.kp, y, p.ldy, n, full, rem, ahead);
-  for (; n < n1; ++n) Tile<MR, 1>(l, xp, p.kp, y, p.ldy, n, full, rem);
+  for (; n + 4 <= n1; n += 4) {
+    Tile<MR, 4>(l, xp, p.kp, y, p.ldy, n, full, rem, ahead, kept.Offset(0, n - n0));
+  }
+  for (; n < n1; ++n) Tile<MR, 1>(l, xp, p.kp, y, p.ldy, n, full, rem, 0, kept.Offset(0, n - n0));
 }
 
 // x rows [i0, i1) against W rows [c0, c1): strips of four x rows, then the rest as one strip. The
 // first strip pulls the W chunk from memory: it prefetches `ahead` rows ahead.
 template <class L>
 inline void RowStrips(const L& l, const Problem& p, int64_t i0, int64_t i1, int64_t c0, int64_t c1,
-                      int64_t full, int rem, int64_t ahead) {
+                      int64_t full, int rem, int64_t ahead, const KeptSums& kept = {}) {
   int64_t i = i0;
-  for (; i + 4 <= i1; i += 4) RowStrip<4>(l, p, i, c0, c1, full, rem, i == i0 ? ahead : 0);
+  for (; i + 4 <= i1; i += 4) {
+    RowStrip<4>(l, p, i, c0, c1, full, rem, i == i0 ? ahead : 0, kept.Offset(i - i0, 0));
+  }
   const int64_t first = i == i0 ? ahead : 0;
+  const KeptSums rest = kept.Offset(i - i0, 0);
   switch (i1 - i) {
     case 3:
-      RowStrip<3>(l, p, i, c0, c1, full, rem, first);
+      RowStrip<3>(l, p, i, c0, c1, full, rem, first, rest);
       break;
     case 2:
-      RowStrip<2>(l, p, i, c0, c1, full, rem, first);
+      RowStrip<2>(l, p, i, c0, c1, full, rem, first, rest);
       break;
     case 1:
-      RowStrip<1>(l, p, i, c0, c1, full, rem, first);
+      RowStrip<1>(l, p, i, c0, c1, full, rem, first, rest);
       break;
     default:
       break;
@@ -774,13 +805,49 @@ inline void RowStrips(const L& l, const Problem& p, int64_t i0, int64_t i1, int6
 // Blocks of x rows that stay in L2 (~256 KiB) while chunks of 16 W rows (a few KiB..64 KiB, in
 // L1/L2) stream past them, W read from memory once per block (once in total for m up to a few
 // dozen rows): chunk(i0, i1, c0, c1) for each block and chunk.
+inline int64_t XBlockRows(const Problem& p) {
+  const int64_t mb = (int64_t{256} << 10) / (p.kp * 4);
+  return mb < 4 ? 4 : mb & ~int64_t{3};
+}
 template <class F>
 inline void XBlocksWChunks(const Problem& p, int64_t n0, int64_t n1, const F& chunk) {
-  int64_t mb = (int64_t{256} << 10) / (p.kp * 4);
-  mb = mb < 4 ? 4 : mb & ~int64_t{3};
+  const int64_t mb = XBlockRows(p);
   for (int64_t i0 = 0; i0 < p.m; i0 += mb) {
     const int64_t i1 = i0 + mb < p.m ? i0 + mb : p.m;
     for (int64_t c0 = n0; c0 < n1; c0 += 16) chunk(i0, i1, c0, c0 + 16 < n1 ? c0 + 16 : n1);
+  }
+}
+
+// Wide rows, where XBlocksWChunks's x blocks hold fewer than kSliceMinRows rows (K above 2048) and
+// x has more rows than one of them: x blocks of kSliceRows rows, K in slices of kSliceBlocks blocks
+// (an x block's slice, 256 KiB, stays in L2 while W streams past it), W in chunks of kSliceWRows
+// rows whose lane accumulators (256 KiB) wait in memory between slices. W then streams from memory
+// once per 64 x rows instead of once per 8 at K = 7168. Each accumulator takes the same FMAs in
+// the same order: the same bits. Both threads, 512 x 4096 x K (kimi-bench's prefill.gemm with
+// KIMI_ISA=avx512 on the AMX host, --repeats 5, binaries alternated, two runs each): K = 7168 194
+// -> 253-258 GFLOP/s, K = 4096 240-245 -> 271-274 (K = 1024: 298-308); 32 x rows a block, 16 or 64
+// blocks a slice, 128 or 256 W rows a chunk were within the noise of this; at K = 2048 slicing was
+// level or slower (268-288 against 289-294), so it starts above. (The AVX2 kernels keep the cliff.)
+constexpr int64_t kSliceMinRows = 32, kSliceRows = 64, kSliceBlocks = 32, kSliceWRows = 64;
+template <class L>
+void RangeWithSlices(const L& l, const Problem& p, int64_t n0, int64_t n1, int64_t full, int rem,
+                     int64_t ahead) {
+  thread_local std::vector<float> buffer(kSliceRows * kSliceWRows * 16 + 16);
+  auto* const kept =
+      reinterpret_cast<__m512*>((reinterpret_cast<uintptr_t>(buffer.data()) + 63) & ~uintptr_t{63});
+  for (int64_t i0 = 0; i0 < p.m; i0 += kSliceRows) {
+    const int64_t i1 = std::min(p.m, i0 + kSliceRows);
+    for (int64_t w0 = n0; w0 < n1; w0 += kSliceWRows) {
+      const int64_t w1 = std::min(n1, w0 + kSliceWRows);
+      for (int64_t b0 = 0; b0 < full; b0 += kSliceBlocks) {
+        const int64_t b1 = std::min(full, b0 + kSliceBlocks);
+        const bool last = b1 == full;
+        for (int64_t c0 = w0; c0 < w1; c0 += 16) {
+          const KeptSums k{kept + (c0 - w0), kSliceWRows, b0, b0 == 0, last};
+          RowStrips(l, p, i0, i1, c0, std::min(w1, c0 + 16), b1, last ? rem : 0, ahead, k);
+        }
+      }
+    }
   }
 }
 
@@ -810,6 +877,9 @@ void RangeWith(const L& l, const Problem& p, int64_t n0, int64_t n1) {
   // once into an fp32 panel measured slower here: the panel's stores miss L1. MXFP4's decode costs
   // more; past the group strips it does take a panel: RangeMxfp4Panel.)
   const int64_t ahead = ahead_rows < 16 ? 16 : ahead_rows;
+  if (XBlockRows(p) < kSliceMinRows && p.m > XBlockRows(p) && full > kSliceBlocks) {
+    return RangeWithSlices(l, p, n0, n1, full, rem, ahead);
+  }
   XBlocksWChunks(p, n0, n1, [&](int64_t i0, int64_t i1, int64_t c0, int64_t c1) {
     RowStrips(l, p, i0, i1, c0, c1, full, rem, ahead);
   });
