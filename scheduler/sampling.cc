@@ -310,10 +310,11 @@ float* Scratch(size_t n) {
 }
 
 // log of the raw row's softmax normaliser: logprob(t) = x[t] - LogSumExp(x); mx = MaxOf(x). On
-// AVX-512 the exps take vscalefps and vreduceps (exp_sum_avx512.h): one thread, the 64 rows of
-// RowMaxima's comment at top-k 40, top-p 0.95 with the chosen token's logprob, rows written by two
-// threads just before (in L3, as the LM head leaves them) and sampled on two: 41-46 -> 33-39 us a
-// row; the same tokens, the logprobs within 1e-7 of the portable loop's.
+// AVX-512 the exps take vscalefps and vreduceps (exp_sum_avx512.h): the 64 rows of RowMaxima's
+// comment at top-k 40, top-p 0.95 with the chosen token's logprob, written by two threads just
+// before (in L3, as the LM head leaves them) and sampled on two, 32 rows each: 41-46 -> 33-39 us a
+// row a thread; the same tokens, the logprobs within a float ulp or so of the portable loop's (see
+// exp_sum_avx512.h).
 double LogSumExp(std::span<const float> x, float mx, NextRow* next) {
   if (cpu::HasAvx512(cpu::MatMulIsa())) {
     const NextRow ahead = next ? *next : NextRow{};

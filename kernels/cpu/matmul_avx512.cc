@@ -88,8 +88,8 @@ bool PrefetchAheadToL2() {
 const bool kPrefetchAheadToL2 = PrefetchAheadToL2();
 
 // Per-thread scratch of at least `floats` floats (the bf16 path's decoded MXFP4 groups and
-// partial-group sums); made here, before the target pragma, so no std:: template is compiled for
-// AVX-512.
+// partial-group sums, the fp32 path's kept sums in RangeWithSlices); made here, before the target
+// pragma, so no std:: template is compiled for AVX-512.
 float* ThreadScratch(int64_t floats) {
   thread_local std::vector<float> buffer;
   if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(floats);
@@ -832,9 +832,9 @@ constexpr int64_t kSliceMinRows = 32, kSliceRows = 64, kSliceBlocks = 32, kSlice
 template <class L>
 void RangeWithSlices(const L& l, const Problem& p, int64_t n0, int64_t n1, int64_t full, int rem,
                      int64_t ahead) {
-  thread_local std::vector<float> buffer(kSliceRows * kSliceWRows * 16 + 16);
+  float* const buffer = ThreadScratch(kSliceRows * kSliceWRows * 16 + 16);
   auto* const kept =
-      reinterpret_cast<__m512*>((reinterpret_cast<uintptr_t>(buffer.data()) + 63) & ~uintptr_t{63});
+      reinterpret_cast<__m512*>((reinterpret_cast<uintptr_t>(buffer) + 63) & ~uintptr_t{63});
   for (int64_t i0 = 0; i0 < p.m; i0 += kSliceRows) {
     const int64_t i1 = std::min(p.m, i0 + kSliceRows);
     for (int64_t w0 = n0; w0 < n1; w0 += kSliceWRows) {
