@@ -313,12 +313,12 @@ KIMI_ALWAYS_INLINE void StoreGroupSums(const __m512 (*acc)[kPackRows], float* y,
 
 // A slice of K (blocks [b0, end)) of products whose lane accumulators wait in memory between
 // slices (RangeWithSlices): accumulator (i, j) of a tile at at[i * stride + j]; the first slice
-// starts from zero, the last one reduces into y.
+// (b0 = 0) starts from zero, the last one reduces into y. The default is the whole of K.
 struct KeptSums {
   __m512* at = nullptr;
   int64_t stride = 0;
   int64_t b0 = 0;
-  bool first = true, last = true;
+  bool last = true;
   KIMI_ALWAYS_INLINE KeptSums Offset(int64_t rows, int64_t cols) const {
     KeptSums k = *this;
     if (at) k.at += rows * stride + cols;
@@ -339,7 +339,8 @@ inline void Tile(const L& l, const float* xp, int64_t kp, float* y, int64_t ldy,
   for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
-      acc[i][j] = kept.first ? _mm512_setzero_ps() : _mm512_load_ps(kept.at + i * kept.stride + j);
+      acc[i][j] =
+          kept.b0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(kept.at + i * kept.stride + j);
     }
   }
   // x first (2 MR registers), then one W row at a time, used by every x row at once: MR * NR
@@ -843,7 +844,7 @@ void RangeWithSlices(const L& l, const Problem& p, int64_t n0, int64_t n1, int64
         const int64_t b1 = std::min(full, b0 + kSliceBlocks);
         const bool last = b1 == full;
         for (int64_t c0 = w0; c0 < w1; c0 += 16) {
-          const KeptSums k{kept + (c0 - w0), kSliceWRows, b0, b0 == 0, last};
+          const KeptSums k{kept + (c0 - w0), kSliceWRows, b0, last};
           RowStrips(l, p, i0, i1, c0, std::min(w1, c0 + 16), b1, last ? rem : 0, ahead, k);
         }
       }
