@@ -3,7 +3,8 @@
 // run and their ratio (--json: one JSON object per line with name, value, unit, baseline, ratio).
 // Figures: decode.b1.<model>[.t1], decode.b8|b32|b64.<model>[.bf16], prefill.<N>.<model>
 // (N: --prefill_tokens, 512 by default), prefill.gemm[.bf16], kda.prefill.per_token_16k_over_1k,
-// state.128k.hybrid_over_mla, scheduler.overhead.b64.
+// state.128k.hybrid_over_mla, scheduler.overhead.b64, matvec.mxfp4, matvec.bf16, experts.mxfp4,
+// mla.decode.64k (--list names them).
 // Models are read from --models_dir/<preset> and generated there (seed 1) when missing.
 #include <algorithm>
 #include <cstdio>
@@ -84,7 +85,7 @@ int main(int argc, char** argv) {
   }
   for (const char* name : {"prefill.gemm", "prefill.gemm.bf16", "kda.prefill.per_token_16k_over_1k",
                            "state.128k.hybrid_over_mla", "scheduler.overhead.b64", "matvec.mxfp4",
-                           "matvec.bf16", "mla.decode.64k"}) {
+                           "matvec.bf16", "experts.mxfp4", "mla.decode.64k"}) {
     names.push_back(name);
   }
   if (absl::GetFlag(FLAGS_list)) {

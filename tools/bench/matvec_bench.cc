@@ -9,6 +9,15 @@
 // reads its projections, from memory (they total several times any L3 here). value = bytes / median
 // pass time; baseline = streaming read of the same bytes, same rounds. The detail gives the rate
 // with bf16 activations from the same rounds, where the machine has the bf16 dot product.
+//
+// experts.mxfp4: a decode step's routed experts alone: kExperts experts of k3-mini's shape (gate
+// and up kExpertHidden x kExpertIn, down kExpertIn x kExpertHidden, MXFP4 packed as this machine
+// packs it), each at one x row, the threads taking experts in turn side by side, each expert's
+// products on one thread, as the MoE layer runs a decode step's experts (engine/ffn.cc). value =
+// packed bytes / pass time; baseline = streaming read of the same bytes, same rounds. The detail
+// gives the time an expert takes a thread, and the same pass at kExpertRowsWide x rows (batch
+// 32's mean rows an expert in k3-mini), where the decode of each block serves more rows.
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -27,6 +36,9 @@ namespace {
 
 constexpr int64_t kRows = 32768, kCols = 2048;  // 34 MB of codes: beyond the L3 of the hosts here
 constexpr int64_t kBf16Rows = 2048, kBf16Cols = 7168, kBf16Count = 8;  // 8 x 29 MB
+// 1024 experts of 102 KiB packed: beyond the L3 of the Zen hosts (the Xeon's L3 may hold them;
+// the read baseline then reads them from there too).
+constexpr int64_t kExperts = 1024, kExpertIn = 256, kExpertHidden = 256, kExpertRowsWide = 4;
 
 uint8_t* AllocHuge(int64_t bytes) {
   constexpr int64_t kHuge = int64_t{2} << 20;
@@ -101,6 +113,105 @@ struct Bf16Matrix {
   }
 };
 
+// kExperts experts' gate, up and down projections in one huge-page-advised region, pseudo-random
+// codes and scales near 1, packed as this machine packs MXFP4.
+struct Mxfp4Experts {
+  std::unique_ptr<uint8_t, Free> memory;
+  int64_t bytes = 0;
+  std::vector<Weight> gate, up, down;
+
+  Mxfp4Experts() {
+    const int64_t matrix = kExpertHidden * kExpertIn / 2 + kExpertHidden * kExpertIn / 32;
+    bytes = 3 * kExperts * matrix;
+    memory.reset(AllocHuge(bytes));
+    uint8_t* next = memory.get();
+    uint32_t seed = 777;
+    const auto make = [&](int64_t rows, int64_t cols) {
+      Weight w;
+      w.format = WeightFormat::kMxfp4;
+      w.rows = rows;
+      w.cols = cols;
+      auto* codes = next;
+      next += w.DataBytes();
+      auto* scales = next;
+      next += w.ScaleBytes();
+      for (int64_t i = 0; i < w.DataBytes(); ++i) {
+        seed = seed * 1664525u + 1013904223u;
+        codes[i] = static_cast<uint8_t>(seed >> 24);
+      }
+      for (int64_t i = 0; i < w.ScaleBytes(); ++i) scales[i] = 124 + i % 6;
+      w.data = codes;
+      w.scales = scales;
+      cpu::PackInPlace(&w);
+      return w;
+    };
+    for (int64_t e = 0; e < kExperts; ++e) {
+      gate.push_back(make(kExpertHidden, kExpertIn));
+      up.push_back(make(kExpertHidden, kExpertIn));
+      down.push_back(make(kExpertIn, kExpertHidden));
+    }
+  }
+
+  // Seconds for every expert at m x rows, `threads` threads taking experts in turn.
+  double Pass(const float* x, int64_t m, int threads) const {
+    std::atomic<int64_t> taken{0};
+    const double t0 = Now();
+    cpu::ThreadPool::Global().ParallelFor(threads, 1, [&](int64_t, int64_t) {
+      std::vector<float> hidden(2 * m * kExpertHidden), out(m * kExpertIn);
+      for (int64_t e; (e = taken.fetch_add(1, std::memory_order_relaxed)) < kExperts;) {
+        const cpu::MatMulTarget targets[] = {
+            {hidden.data(), kExpertHidden, &gate[e]},
+            {hidden.data() + m * kExpertHidden, kExpertHidden, &up[e]}};
+        cpu::MatMulMany(targets, x, kExpertIn, m);
+        cpu::MatMul(out.data(), hidden.data(), down[e], m);
+      }
+    });
+    return Now() - t0;
+  }
+};
+
+void RunExpertsMxfp4(const Context& ctx) {
+  if (!ctx.Wants("experts.mxfp4") || ctx.profile_steps > 0) return;
+  const Mxfp4Experts experts;
+  const std::vector<std::span<const uint8_t>> regions = {
+      {experts.memory.get(), static_cast<size_t>(experts.bytes)}};
+  const int threads = cpu::ThreadPool::Global().num_threads();
+  std::vector<float> x(kExpertRowsWide * kExpertIn);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
+  const double bytes = static_cast<double>(experts.bytes);
+  constexpr int kReps = 3;
+  const auto seconds = [&](int64_t m) {
+    return MedianSeconds(kReps, [&] { experts.Pass(x.data(), m, threads); });
+  };
+  seconds(1);  // first touch
+  std::vector<double> bw, gbps, ratios, us_one, wide_gbps, wide_ratios;
+  for (int r = 0; r < ctx.repeats; ++r) {
+    WaitForIdle(ctx.idle_wait_s);
+    bw.push_back(StreamReadGBps(regions, threads));
+    const double one = seconds(1);
+    gbps.push_back(bytes / one / 1e9);
+    ratios.push_back(gbps.back() / bw.back());
+    us_one.push_back(one * 1e6 * threads / kExperts);
+    wide_gbps.push_back(bytes / seconds(kExpertRowsWide) / 1e9);
+    wide_ratios.push_back(wide_gbps.back() / bw.back());
+  }
+  Figure f = MedianFigure("experts.mxfp4", "GB/s", gbps, bw, ratios);
+  f.note = absl::StrFormat(
+      "packed MXFP4 bytes / time, %lld experts (gate, up %lld x %lld, down %lld x %lld) at m = 1, "
+      "one expert a thread at a time, %d thread(s); baseline: streaming read",
+      static_cast<long long>(kExperts), static_cast<long long>(kExpertHidden),
+      static_cast<long long>(kExpertIn), static_cast<long long>(kExpertIn),
+      static_cast<long long>(kExpertHidden), threads);
+  f.detail["threads"] = threads;
+  f.detail["us_per_expert_per_thread"] = Median(us_one);
+  f.detail["rows_wide"] = kExpertRowsWide;
+  f.detail["wide_GBps"] = Median(wide_gbps);
+  f.detail["wide_ratio"] = Median(wide_ratios);
+  f.detail["per_round_ratio"] = ratios;
+  f.detail["isa"] = cpu::IsaName(cpu::MatMulIsa());
+  ctx.Emit(f);
+}
+
 void RunMatvecBf16(const Context& ctx) {
   if (!ctx.Wants("matvec.bf16") || ctx.profile_steps > 0) return;
   std::vector<std::unique_ptr<Bf16Matrix>> ms;
@@ -157,6 +268,7 @@ void RunMatvecBf16(const Context& ctx) {
 
 void RunMatvec(const Context& ctx) {
   RunMatvecBf16(ctx);
+  RunExpertsMxfp4(ctx);
   if (!ctx.Wants("matvec.mxfp4") || ctx.profile_steps > 0) return;
   const PackLayout preferred = cpu::PreferredPackLayout(WeightFormat::kMxfp4);
   const Mxfp4Matrix ours(preferred), blocks(PackLayout::kBlocks);
