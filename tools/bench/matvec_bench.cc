@@ -11,13 +11,15 @@
 // with bf16 activations from the same rounds, where the machine has the bf16 dot product.
 //
 // experts.mxfp4: a decode step's routed experts alone: kExperts experts of k3-mini's shape (gate
-// and up kExpertHidden x kExpertIn, down kExpertIn x kExpertHidden, MXFP4 packed as this machine
-// packs it), each at one x row, the threads taking experts in turn side by side, each expert's
-// products on one thread, as the MoE layer runs a decode step's experts (engine/ffn.cc). value =
-// packed bytes / pass time; baseline = streaming read of the same bytes, same rounds. The detail
-// gives the time an expert takes a thread, and the same pass at kExpertRowsWide x rows (batch
-// 32's mean rows an expert in k3-mini), where the decode of each block serves more rows.
+// and up kExpertIntermediate x kExpertDim, down kExpertDim x kExpertIntermediate, MXFP4 packed as
+// this machine packs it), each at one x row, the threads taking experts in turn side by side, each
+// expert's products on one thread, as the MoE layer runs a decode step's experts (engine/ffn.cc;
+// without its gather of rows, its GLU and its shared experts). value = packed bytes / pass time;
+// baseline = streaming read of the same bytes, same rounds. The detail gives the time an expert
+// takes a thread, and the same pass at kExpertRowsWide x rows (batch 32's mean rows an expert in
+// k3-mini), where the decode of each block serves more rows.
 #include <atomic>
+#include <cassert>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -36,9 +38,10 @@ namespace {
 
 constexpr int64_t kRows = 32768, kCols = 2048;  // 34 MB of codes: beyond the L3 of the hosts here
 constexpr int64_t kBf16Rows = 2048, kBf16Cols = 7168, kBf16Count = 8;  // 8 x 29 MB
-// 1024 experts of 102 KiB packed: beyond the L3 of the Zen hosts (the Xeon's L3 may hold them;
-// the read baseline then reads them from there too).
-constexpr int64_t kExperts = 1024, kExpertIn = 256, kExpertHidden = 256, kExpertRowsWide = 4;
+// 1024 experts of 102 KiB packed (102 MiB): beyond the L3 of the Zen hosts (the Xeon's L3 may
+// hold them; the read baseline then reads them from there too).
+constexpr int64_t kExperts = 1024, kExpertDim = 256, kExpertIntermediate = 256;
+constexpr int64_t kExpertRowsWide = 4;
 
 uint8_t* AllocHuge(int64_t bytes) {
   constexpr int64_t kHuge = int64_t{2} << 20;
@@ -121,16 +124,20 @@ struct Mxfp4Experts {
   std::vector<Weight> gate, up, down;
 
   Mxfp4Experts() {
-    const int64_t matrix = kExpertHidden * kExpertIn / 2 + kExpertHidden * kExpertIn / 32;
-    bytes = 3 * kExperts * matrix;
-    memory.reset(AllocHuge(bytes));
-    uint8_t* next = memory.get();
-    uint32_t seed = 777;
-    const auto make = [&](int64_t rows, int64_t cols) {
+    const auto shape = [](int64_t rows, int64_t cols) {
       Weight w;
       w.format = WeightFormat::kMxfp4;
       w.rows = rows;
       w.cols = cols;
+      return w;
+    };
+    bytes = kExperts * (2 * shape(kExpertIntermediate, kExpertDim).Bytes() +
+                        shape(kExpertDim, kExpertIntermediate).Bytes());
+    memory.reset(AllocHuge(bytes));
+    uint8_t* next = memory.get();
+    uint32_t seed = 777;
+    const auto make = [&](int64_t rows, int64_t cols) {
+      Weight w = shape(rows, cols);
       auto* codes = next;
       next += w.DataBytes();
       auto* scales = next;
@@ -146,27 +153,28 @@ struct Mxfp4Experts {
       return w;
     };
     for (int64_t e = 0; e < kExperts; ++e) {
-      gate.push_back(make(kExpertHidden, kExpertIn));
-      up.push_back(make(kExpertHidden, kExpertIn));
-      down.push_back(make(kExpertIn, kExpertHidden));
+      gate.push_back(make(kExpertIntermediate, kExpertDim));
+      up.push_back(make(kExpertIntermediate, kExpertDim));
+      down.push_back(make(kExpertDim, kExpertIntermediate));
     }
+    assert(next == memory.get() + bytes);
   }
 
-  // Seconds for every expert at m x rows, `threads` threads taking experts in turn.
-  double Pass(const float* x, int64_t m, int threads) const {
+  // Every expert at m x rows (x [m, kExpertDim]), `threads` threads taking experts in turn; a
+  // part of the pool that finds none left returns at once.
+  void Pass(const float* x, int64_t m, int threads) const {
     std::atomic<int64_t> taken{0};
-    const double t0 = Now();
     cpu::ThreadPool::Global().ParallelFor(threads, 1, [&](int64_t, int64_t) {
-      std::vector<float> hidden(2 * m * kExpertHidden), out(m * kExpertIn);
+      // [2][m, kExpertIntermediate]: gate's rows, then up's; down reads gate's (no GLU here).
+      std::vector<float> hidden(2 * m * kExpertIntermediate), out(m * kExpertDim);
       for (int64_t e; (e = taken.fetch_add(1, std::memory_order_relaxed)) < kExperts;) {
         const cpu::MatMulTarget targets[] = {
-            {hidden.data(), kExpertHidden, &gate[e]},
-            {hidden.data() + m * kExpertHidden, kExpertHidden, &up[e]}};
-        cpu::MatMulMany(targets, x, kExpertIn, m);
+            {hidden.data(), kExpertIntermediate, &gate[e]},
+            {hidden.data() + m * kExpertIntermediate, kExpertIntermediate, &up[e]}};
+        cpu::MatMulMany(targets, x, kExpertDim, m);
         cpu::MatMul(out.data(), hidden.data(), down[e], m);
       }
     });
-    return Now() - t0;
   }
 };
 
@@ -176,7 +184,7 @@ void RunExpertsMxfp4(const Context& ctx) {
   const std::vector<std::span<const uint8_t>> regions = {
       {experts.memory.get(), static_cast<size_t>(experts.bytes)}};
   const int threads = cpu::ThreadPool::Global().num_threads();
-  std::vector<float> x(kExpertRowsWide * kExpertIn);
+  std::vector<float> x(kExpertRowsWide * kExpertDim);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
   const double bytes = static_cast<double>(experts.bytes);
   constexpr int kReps = 3;
@@ -199,15 +207,16 @@ void RunExpertsMxfp4(const Context& ctx) {
   f.note = absl::StrFormat(
       "packed MXFP4 bytes / time, %lld experts (gate, up %lld x %lld, down %lld x %lld) at m = 1, "
       "one expert a thread at a time, %d thread(s); baseline: streaming read",
-      static_cast<long long>(kExperts), static_cast<long long>(kExpertHidden),
-      static_cast<long long>(kExpertIn), static_cast<long long>(kExpertIn),
-      static_cast<long long>(kExpertHidden), threads);
+      static_cast<long long>(kExperts), static_cast<long long>(kExpertIntermediate),
+      static_cast<long long>(kExpertDim), static_cast<long long>(kExpertDim),
+      static_cast<long long>(kExpertIntermediate), threads);
   f.detail["threads"] = threads;
   f.detail["us_per_expert_per_thread"] = Median(us_one);
   f.detail["rows_wide"] = kExpertRowsWide;
   f.detail["wide_GBps"] = Median(wide_gbps);
   f.detail["wide_ratio"] = Median(wide_ratios);
   f.detail["per_round_ratio"] = ratios;
+  f.detail["per_round_bw_GBps"] = bw;
   f.detail["isa"] = cpu::IsaName(cpu::MatMulIsa());
   ctx.Emit(f);
 }
