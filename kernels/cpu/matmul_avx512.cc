@@ -88,8 +88,10 @@ bool PrefetchAheadToL2() {
 const bool kPrefetchAheadToL2 = PrefetchAheadToL2();
 
 // Per-thread scratch of at least `floats` floats (the bf16 path's decoded MXFP4 groups and
-// partial-group sums, the fp32 path's kept sums in RangeWithSlices); made here, before the target
-// pragma, so no std:: template is compiled for AVX-512.
+// partial-group sums, the fp32 path's kept sums in RangeWithSlices): one buffer a thread for all of
+// them. (A std:: template used under the target pragma below is still compiled for the default
+// target: GCC takes a template's target options from where it is defined, as a probe with GCC 12
+// showed, so code the linker shares with other files stays safe on any x86-64.)
 float* ThreadScratch(int64_t floats) {
   thread_local std::vector<float> buffer;
   if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(floats);
