@@ -197,8 +197,16 @@ inline void TileOfRowMajor(const uint16_t* w, int64_t cols, int64_t rows, int64_
 // GFLOP/s. At 32 x rows farther was not better: the batch-32 lm_head of kimi-linear-small (100512 x
 // 1024, --matmul_profile) took 9.6 / 10.0 / 10.5 ms at 2 / 4 / 8 KiB.
 constexpr int64_t kPrefetchBytes = 2048;
-// How far ahead of its decode an MXFP4 weight's codes are prefetched (the MXFP4 probe's distance).
-constexpr int64_t kMxfp4PrefetchBytes = 4096;
+// How far ahead of its decode an MXFP4 weight's codes are prefetched: into L2 (hint T1) far ahead,
+// then into L1 near. A core has few fill buffers for misses on their way to L1 and more for L2, so
+// at one thread's rate from memory prefetches to L1 alone, however far ahead, leave the decode
+// waiting. k3-mini's experts at one row, 1000 streamed from memory on both threads (a probe): 11.0
+// us an expert a thread with T0 at 4 KiB (the AVX-512 kernels' distance), 10.1-10.2 with T1 at 8
+// KiB and T0 at 2 KiB (T1 at 4 / 16 KiB and T0 at 1 KiB: 10.4 / 10.3-10.7); one thread alone
+// 9.6-10.1 -> 8.8-8.9. In k3-mini steps (--profile_steps with --matmul_profile, three runs each,
+// alternated) the experts' thread-ms a step: batch 8 11.26-11.44 -> 10.54-10.87, batch 32
+// 18.24-19.18 -> 17.51-18.06.
+constexpr int64_t kMxfp4PrefetchL2Bytes = 8192, kMxfp4PrefetchL1Bytes = 2048;
 // Lines of the side prefetch a block (a tile product of 48 cycles or more at fp32).
 constexpr int kSideLines = 4;
 
@@ -534,7 +542,8 @@ void Mxfp4TilesRange(const Problem& p, int64_t n0, int64_t n1) {
             if constexpr (kPacked) {
               const char* ahead = reinterpret_cast<const char*>(codes + (g0 * nb + s) * 256);
               for (int line = 0; line < 256; line += 64) {
-                _mm_prefetch(ahead + kMxfp4PrefetchBytes + line, _MM_HINT_T0);
+                _mm_prefetch(ahead + kMxfp4PrefetchL2Bytes + line, _MM_HINT_T1);
+                _mm_prefetch(ahead + kMxfp4PrefetchL1Bytes + line, _MM_HINT_T0);
               }
             }
             decode(s + kAhead);
