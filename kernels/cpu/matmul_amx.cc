@@ -197,6 +197,15 @@ inline void TileOfRowMajor(const uint16_t* w, int64_t cols, int64_t rows, int64_
 // GFLOP/s. At 32 x rows farther was not better: the batch-32 lm_head of kimi-linear-small (100512 x
 // 1024, --matmul_profile) took 9.6 / 10.0 / 10.5 ms at 2 / 4 / 8 KiB.
 constexpr int64_t kPrefetchBytes = 2048;
+// With at most kFarPrefetchRows x rows (a product bound by the memory, not the tile unit) the
+// stream is also prefetched into L2 (hint T1) kFarPrefetchBytes ahead, as the MXFP4 codes are
+// (kMxfp4PrefetchL2Bytes, below, says why). kimi-bench --repeats 3, binaries alternated, two runs
+// each: batch-1 kimi-linear-small 0.863-0.864 -> 0.897-0.900 of the read (one thread 0.868-0.887
+// -> 0.901-0.919), k3-mini 0.795-0.830 -> 0.878-0.892 (0.831 -> 0.864-0.896), batch-8
+// kimi-linear-small 0.776-0.791 -> 0.809-0.814, matvec.bf16 level (1.05 -> 1.01-1.05); 16 rows
+// were no better than 8. At 32 rows the batch-32 k3-mini LM head took 5.10-5.13 ms with 2 KiB into
+// L1 alone and 5.50-5.55 with 8 KiB into L2 as well, so wider products keep the near prefetch.
+constexpr int64_t kFarPrefetchBytes = 6144, kFarPrefetchRows = 8;
 // How far ahead of its decode an MXFP4 weight's codes are prefetched: into L2 (hint T1) far ahead,
 // then into L1 near. A core has few fill buffers for misses on their way to L1 and more for L2, so
 // at one thread's rate from memory prefetches to L1 alone, however far ahead, leave the decode
@@ -290,6 +299,7 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
   // group loops take it.
   bool side_on = SidePrefetchActive();
   SidePiece side;
+  const bool far = p.m <= kFarPrefetchRows;
   for (int64_t g0 = first_group; g0 < end_group; g0 += chunk) {
     const int64_t g1 = std::min(end_group, g0 + chunk);
     for (int64_t b0 = 0; b0 < nb; b0 += slice) {
@@ -336,6 +346,10 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
               for (int line = 0; line < 1024; line += 64) {
                 _mm_prefetch(ahead + line, _MM_HINT_T0);
                 if (two) _mm_prefetch(ahead + group * 2 + line, _MM_HINT_T0);
+                if (far) {
+                  _mm_prefetch(ahead + kFarPrefetchBytes + line, _MM_HINT_T1);
+                  if (two) _mm_prefetch(ahead + kFarPrefetchBytes + group * 2 + line, _MM_HINT_T1);
+                }
               }
             } else {
               TileOfRowMajor(data, w.cols, w.rows, g * kTileRows, b, transposed[0]);
