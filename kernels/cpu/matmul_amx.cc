@@ -198,23 +198,25 @@ inline void TileOfRowMajor(const uint16_t* w, int64_t cols, int64_t rows, int64_
 // 1024, --matmul_profile) took 9.6 / 10.0 / 10.5 ms at 2 / 4 / 8 KiB.
 constexpr int64_t kPrefetchBytes = 2048;
 // With at most kFarPrefetchRows x rows (a product bound by the memory, not the tile unit) the
-// stream is also prefetched into L2 (hint T1) kFarPrefetchBytes ahead, as the MXFP4 codes are
-// (kMxfp4PrefetchL2Bytes, below, says why). kimi-bench --repeats 3, binaries alternated, two runs
-// each: batch-1 kimi-linear-small 0.863-0.864 -> 0.897-0.900 of the read (one thread 0.868-0.887
-// -> 0.901-0.919), k3-mini 0.795-0.830 -> 0.878-0.892 (0.831 -> 0.864-0.896), batch-8
-// kimi-linear-small 0.776-0.791 -> 0.809-0.814, matvec.bf16 level (1.05 -> 1.01-1.05); 16 rows
-// were no better than 8. At 32 rows the batch-32 k3-mini LM head took 5.10-5.13 ms with 2 KiB into
-// L1 alone and 5.50-5.55 with 8 KiB into L2 as well, so wider products keep the near prefetch.
-constexpr int64_t kFarPrefetchBytes = 6144, kFarPrefetchRows = 8;
-// How far ahead of its decode an MXFP4 weight's codes are prefetched: into L2 (hint T1) far ahead,
-// then into L1 near. A core has few fill buffers for misses on their way to L1 and more for L2, so
-// at one thread's rate from memory prefetches to L1 alone, however far ahead, leave the decode
-// waiting. k3-mini's experts at one row, 1000 streamed from memory on both threads (a probe): 11.0
-// us an expert a thread with T0 at 4 KiB (the AVX-512 kernels' distance), 10.1-10.2 with T1 at 8
-// KiB and T0 at 2 KiB (T1 at 4 / 16 KiB and T0 at 1 KiB: 10.4 / 10.3-10.7); one thread alone
-// 9.6-10.1 -> 8.8-8.9. In k3-mini steps (--profile_steps with --matmul_profile, three runs each,
-// alternated) the experts' thread-ms a step: batch 8 11.26-11.44 -> 10.54-10.87, batch 32
-// 18.24-19.18 -> 17.51-18.06.
+// stream is also prefetched into L2 (hint T1) kFarPrefetchBytes ahead of the tile loads, as the
+// MXFP4 codes are (kMxfp4PrefetchL2Bytes, below, says why). kimi-bench --repeats 3, binaries
+// alternated, two runs each: batch-1 kimi-linear-small 0.863-0.864 -> 0.897-0.900 of the read (one
+// thread 0.868-0.887 -> 0.901-0.919), k3-mini 0.795-0.830 -> 0.878-0.892 (0.831 -> 0.864-0.896),
+// batch-8 kimi-linear-small 0.776-0.791 -> 0.809-0.814, matvec.bf16 level (1.05 -> 1.01-1.05).
+// Rounds with the distance and the row limit from the environment: 14 KiB did less than 8 at one
+// row; up to 16 rows no better than up to 8; up to 32 rows at 5 or 6 KiB level at batch 32, at 8
+// KiB batch-32 k3-mini steps 38-39 ms against 36-37, and its LM head 5.50-5.55 ms at 10 KiB and
+// 4.96-5.12 at 18 against 5.10-5.13 without: so wider products keep the near prefetch alone.
+constexpr int64_t kFarPrefetchBytes = 8192, kFarPrefetchRows = 8;
+// How far ahead of the tile loads an MXFP4 weight's codes are prefetched: into L2 (hint T1) far
+// ahead, then into L1 near. A core has few fill buffers for misses on their way to L1 and more for
+// L2, so at one thread's rate from memory prefetches to L1 alone, however far ahead, leave the
+// decode waiting. k3-mini's experts at one row, 1000 streamed from memory on both threads (a
+// probe): 11.0 us an expert a thread with T0 at 4 KiB (the AVX-512 MXFP4 kernel's distance),
+// 10.1-10.2 with T1 at 8 KiB and T0 at 2 KiB (T1 at 4 / 16 KiB with T0 at 1 KiB: 10.4 /
+// 10.3-10.7); one thread alone 9.6-10.1 -> 8.8-8.9. In k3-mini steps (--profile_steps with
+// --matmul_profile, three runs each, alternated) the experts' thread-ms a step: batch 8
+// 11.26-11.44 -> 10.54-10.87, batch 32 18.24-19.18 -> 17.51-18.06.
 constexpr int64_t kMxfp4PrefetchL2Bytes = 8192, kMxfp4PrefetchL1Bytes = 2048;
 // Lines of the side prefetch a block (a tile product of 48 cycles or more at fp32).
 constexpr int kSideLines = 4;
@@ -347,8 +349,9 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
                 _mm_prefetch(ahead + line, _MM_HINT_T0);
                 if (two) _mm_prefetch(ahead + group * 2 + line, _MM_HINT_T0);
                 if (far) {
-                  _mm_prefetch(ahead + kFarPrefetchBytes + line, _MM_HINT_T1);
-                  if (two) _mm_prefetch(ahead + kFarPrefetchBytes + group * 2 + line, _MM_HINT_T1);
+                  const char* far_ahead = reinterpret_cast<const char*>(tile0) + kFarPrefetchBytes;
+                  _mm_prefetch(far_ahead + line, _MM_HINT_T1);
+                  if (two) _mm_prefetch(far_ahead + group * 2 + line, _MM_HINT_T1);
                 }
               }
             } else {

@@ -1,6 +1,8 @@
 // MatMul kernels for AVX-512 (F, BW, DQ, VL), chosen at run time. The summation order is the
-// canonical one of matmul_impl.h. Only intrinsics and this file's own templates are used after the
-// target pragma, so no shared inline function is compiled for AVX-512 by accident.
+// canonical one of matmul_impl.h. The target pragma below applies to the functions defined after
+// it; a template defined before it (std:: and ours in headers), even when used after it, is
+// compiled for the default target (GCC takes a template's target options from its definition), so
+// no code the linker shares with other files needs AVX-512.
 // GCC 12 reports its own _mm512_undefined_* helpers as uninitialised (a known false positive).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -89,9 +91,8 @@ const bool kPrefetchAheadToL2 = PrefetchAheadToL2();
 
 // Per-thread scratch of at least `floats` floats (the bf16 path's decoded MXFP4 groups and
 // partial-group sums, the fp32 path's kept sums in RangeWithSlices): one buffer a thread for all of
-// them. (A std:: template used under the target pragma below is still compiled for the default
-// target: GCC takes a template's target options from where it is defined, as a probe with GCC 12
-// showed, so code the linker shares with other files stays safe on any x86-64.)
+// them, so a caller must not hold the pointer across another call (a resize moves it). Its
+// std::vector is compiled for the default target wherever it is used (the file's head says why).
 float* ThreadScratch(int64_t floats) {
   thread_local std::vector<float> buffer;
   if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(floats);
