@@ -327,9 +327,11 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
           const auto kept = [&](int t) {
             return partial + ((i0 / 16 + t / 2) * kept_groups + (g - g0) + t % 2) * 256;
           };
+          // The accumulators in use (tiles 2 and 3 are not configured without rows1, and may not
+          // be named then).
+          const auto live = [&](int t) { return (two || t % 2 == 0) && (rows1 || t < 2); };
           for (int t = 0; t < 4; ++t) {
-            // Tiles 2 and 3 are not configured without rows1, and may not be named then.
-            if ((t % 2 == 1 && !two) || (t >= 2 && !rows1)) continue;
+            if (!live(t)) continue;
             if (b0 == 0) {
               ZeroAccumulator(t);
             } else {
@@ -345,11 +347,11 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
             const uint16_t* tile1 = tile0 + group;
             if constexpr (kPacked) {
               const char* ahead = reinterpret_cast<const char*>(tile0) + kPrefetchBytes;
+              const char* far_ahead = reinterpret_cast<const char*>(tile0) + kFarPrefetchBytes;
               for (int line = 0; line < 1024; line += 64) {
                 _mm_prefetch(ahead + line, _MM_HINT_T0);
                 if (two) _mm_prefetch(ahead + group * 2 + line, _MM_HINT_T0);
                 if (far) {
-                  const char* far_ahead = reinterpret_cast<const char*>(tile0) + kFarPrefetchBytes;
                   _mm_prefetch(far_ahead + line, _MM_HINT_T1);
                   if (two) _mm_prefetch(far_ahead + group * 2 + line, _MM_HINT_T1);
                 }
@@ -375,8 +377,7 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
           }
           if (b1 < nb) {  // more slices to come
             for (int t = 0; t < 4; ++t) {
-              if ((t % 2 == 1 && !two) || (t >= 2 && !rows1)) continue;
-              StoreAccumulator(t, kept(t), 64);
+              if (live(t)) StoreAccumulator(t, kept(t), 64);
             }
             continue;
           }

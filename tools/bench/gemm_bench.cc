@@ -66,19 +66,19 @@ class DnnlGemm {
     }
   }
   DnnlGemm(dnnl::memory::data_type dt, const std::vector<float>& x, const std::vector<float>& w,
-           int64_t kK)
+           int64_t k)
       : eng_(dnnl::engine::kind::cpu, 0), stream_(eng_) {
     using namespace dnnl;
     using tag = memory::format_tag;
-    memory::desc a_md({kM, kK}, dt, tag::ab), b_any({kK, kN}, dt, tag::any),
+    memory::desc a_md({kM, k}, dt, tag::ab), b_any({k, kN}, dt, tag::any),
         c_md({kM, kN}, memory::data_type::f32, tag::ab);
     matmul::primitive_desc pd(matmul::desc(a_md, b_any, c_md), eng_);
-    memory a32({{kM, kK}, memory::data_type::f32, tag::ab}, eng_);
-    memory b32({{kK, kN}, memory::data_type::f32, tag::ab}, eng_);
+    memory a32({{kM, k}, memory::data_type::f32, tag::ab}, eng_);
+    memory b32({{k, kN}, memory::data_type::f32, tag::ab}, eng_);
     std::copy(x.begin(), x.end(), static_cast<float*>(a32.get_data_handle()));
     float* pb = static_cast<float*>(b32.get_data_handle());
     for (int64_t n = 0; n < kN; ++n) {  // our W is [N, K]
-      for (int64_t k = 0; k < kK; ++k) pb[k * kN + n] = w[n * kK + k];
+      for (int64_t c = 0; c < k; ++c) pb[c * kN + n] = w[n * k + c];
     }
     a_ = memory(pd.src_desc(), eng_);
     b_ = memory(pd.weights_desc(), eng_);
@@ -107,9 +107,10 @@ class DnnlGemm {
 // beside our MatMul, and the batched decode figures take their compute roof from them in each of
 // their own rounds.
 struct GemmPeakMeter::Impl {
-  explicit Impl(int64_t k) : kK(k), kFlops(2.0 * kM * kN * k), x(kM * k), wf(kN * k), y(kM * kN) {
+  explicit Impl(int64_t depth)
+      : k(depth), flops(2.0 * kM * kN * depth), x(kM * depth), wf(kN * depth), y(kM * kN) {
     // The weight from a cache line, as the engine's are (engine/safetensors.cc).
-    uint16_t* wb = cpu::CacheLineAligned(wb_storage, kN * kK);
+    uint16_t* wb = cpu::CacheLineAligned(wb_storage, kN * k);
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     for (float& v : x) v = dist(rng);
@@ -121,11 +122,11 @@ struct GemmPeakMeter::Impl {
     w.data = wb;
     w.format = WeightFormat::kBF16;
     w.rows = kN;
-    w.cols = kK;
+    w.cols = k;
     cpu::PackInPlace(&w);  // as the engine holds its weights
 #ifdef KIMI_BENCH_HAVE_DNNL
-    dnnl_bf16 = DnnlGemm::Make(dnnl::memory::data_type::bf16, x, wf, kK);
-    dnnl_f32 = DnnlGemm::Make(dnnl::memory::data_type::f32, x, wf, kK);
+    dnnl_bf16 = DnnlGemm::Make(dnnl::memory::data_type::bf16, x, wf, k);
+    dnnl_f32 = DnnlGemm::Make(dnnl::memory::data_type::f32, x, wf, k);
 #endif
 #ifdef KIMI_BENCH_HAVE_OPENBLAS
     openblas_set_num_threads(cpu::ThreadPool::Global().num_threads());
@@ -135,13 +136,13 @@ struct GemmPeakMeter::Impl {
   // GFLOP/s of each library now; 0 when the build or the machine lacks it.
   double OneDnnBf16() {
 #ifdef KIMI_BENCH_HAVE_DNNL
-    if (dnnl_bf16) return Rate([&] { dnnl_bf16->Run(); }, kFlops);
+    if (dnnl_bf16) return Rate([&] { dnnl_bf16->Run(); }, flops);
 #endif
     return 0.0;
   }
   double OneDnnF32() {
 #ifdef KIMI_BENCH_HAVE_DNNL
-    if (dnnl_f32) return Rate([&] { dnnl_f32->Run(); }, kFlops);
+    if (dnnl_f32) return Rate([&] { dnnl_f32->Run(); }, flops);
 #endif
     return 0.0;
   }
@@ -149,10 +150,10 @@ struct GemmPeakMeter::Impl {
 #ifdef KIMI_BENCH_HAVE_OPENBLAS
     return Rate(
         [&] {
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kM, kN, kK, 1.0f, x.data(), kK,
-                      wf.data(), kK, 0.0f, y.data(), kN);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kM, kN, k, 1.0f, x.data(), k,
+                      wf.data(), k, 0.0f, y.data(), kN);
         },
-        kFlops);
+        flops);
 #else
     return 0.0;
 #endif
@@ -161,11 +162,11 @@ struct GemmPeakMeter::Impl {
   double Ours(bool bf16) {
     const cpu::ActivationScope scope(bf16 ? cpu::ActivationDtype::kBf16
                                           : cpu::ActivationDtype::kF32);
-    return Rate([&] { cpu::MatMul(y.data(), x.data(), w, kM); }, kFlops);
+    return Rate([&] { cpu::MatMul(y.data(), x.data(), w, kM); }, flops);
   }
 
-  const int64_t kK;
-  const double kFlops;
+  const int64_t k;  // the product's K (--gemm_k)
+  const double flops;
   std::vector<float> x, wf;
   std::vector<uint16_t> wb_storage;
   std::vector<float> y;
@@ -229,8 +230,8 @@ void RunGemm(const Context& ctx, GemmPeakMeter& meter) {
     f.note = absl::StrFormat(
         "MatMul %ldx%ldx%ld, bf16 weights, fp32 activations, %d threads; baseline: best library "
         "GEMM",
-        kM, kN, g.kK, threads);
-    f.detail["k"] = g.kK;
+        kM, kN, g.k, threads);
+    f.detail["k"] = g.k;
     f.detail["onednn_bf16_GFLOPs"] = Median(d_bf16);
     f.detail["onednn_f32_GFLOPs"] = Median(d_f32);
     f.detail["openblas_sgemm_GFLOPs"] = Median(blas);
