@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/cache_line.h"
 #include "kernels/cpu/lanes.h"
 #include "kernels/cpu/matmul_impl.h"
 #include "kernels/cpu/side_prefetch.h"
@@ -91,12 +92,12 @@ const bool kPrefetchAheadToL2 = PrefetchAheadToL2();
 
 // Per-thread scratch of at least `floats` floats (the bf16 path's decoded MXFP4 groups and
 // partial-group sums, the fp32 path's kept sums in RangeWithSlices): one buffer a thread for all of
-// them, so a caller must not hold the pointer across another call (a resize moves it). Its
-// std::vector is compiled for the default target wherever it is used (the file's head says why).
+// them, so a caller must not hold the pointer across another call (a resize moves it). It starts
+// on a cache line. Its std::vector is compiled for the default target wherever it is used (the
+// file's head says why).
 float* ThreadScratch(int64_t floats) {
   thread_local std::vector<float> buffer;
-  if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(floats);
-  return buffer.data();
+  return CacheLineAligned(buffer, floats);
 }
 
 }  // namespace
@@ -836,9 +837,7 @@ constexpr int64_t kSliceMinRows = 32, kSliceRows = 64, kSliceBlocks = 32, kSlice
 template <class L>
 void RangeWithSlices(const L& l, const Problem& p, int64_t n0, int64_t n1, int64_t full, int rem,
                      int64_t ahead) {
-  float* const buffer = ThreadScratch(kSliceRows * kSliceWRows * 16 + 16);
-  auto* const kept =
-      reinterpret_cast<__m512*>((reinterpret_cast<uintptr_t>(buffer) + 63) & ~uintptr_t{63});
+  auto* const kept = reinterpret_cast<__m512*>(ThreadScratch(kSliceRows * kSliceWRows * 16));
   for (int64_t i0 = 0; i0 < p.m; i0 += kSliceRows) {
     const int64_t i1 = std::min(p.m, i0 + kSliceRows);
     for (int64_t w0 = n0; w0 < n1; w0 += kSliceWRows) {
