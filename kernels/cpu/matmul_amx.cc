@@ -246,18 +246,20 @@ XRows XRowsOf(const Problem& p) {
   }
 }
 
-// One step of TilesRange with 32 x rows (both x tiles full), the weight tiles of groups g and g + 1
-// loaded into registers WA and WB and both x tiles into register 4 in turn; the same products in
-// the same order as the general step (the same bits). A tile load waits for the products still
-// reading its register (no renaming of tile registers, it seems), so the general step's reload of
-// registers 6 and 7 could not start until the previous step's twelve products (fp32) were done,
-// and the unit then waited for the load: the weight's memory traffic and the products took turns.
-// Here the three registers 5, 6, 7 take the steps' weight tiles in turn ((5, 6), (7, 5), (6, 7)),
-// so one of each step's loads goes to a register the previous step did not read (x, 1 KiB a tile
-// from L1 or L2, is what register 4 waits for). A probe of the loop alone, 32 rows, 12 products
-// and 2 KiB of weights a step, one thread: weights streamed from memory 270 -> 210 ns a step, from
-// L3 130 -> 110, from L2 level (71). The x tiles share one register, so this needs both full:
-// tiles of 16 rows each (a tile's rows are part of the configuration).
+// One step of TilesRange (its locals: tile0, tile1, two, x0, x1, xr, b, x_stride) with 32 x rows:
+// the weight tiles of groups g and g + 1 loaded into registers WA and WB, both x tiles into
+// register 4 in turn; the same products in the same order as the general step (the same bits). A
+// tile load waits for the products still reading its register (the probes behave as if tile
+// registers were not renamed), so the general step's reload of registers 6 and 7 could not start
+// until the previous step's twelve products (fp32) were done, and then the unit waited for the
+// load: the weight's memory traffic and the products took turns. Here registers 5, 6, 7 take the
+// steps' weight tiles in turn ((5, 6), (7, 5), (6, 7)), so one of a step's two loads goes to a
+// register the previous step did not read. One register for both x tiles needs both full (a
+// tile's rows are part of the configuration: 16 for every tile here). A probe of the loop alone
+// (one thread, 12 products and 2 KiB of weights a step, x laid out as here): weights from memory
+// 270-279 -> 210-226 ns a step, from L3 125-135 -> 108-117, from L2 level. In the engine
+// (benchmarks/README.md, sixth AMX session): batch-64 LM heads 9-10% faster, kimi-linear-small
+// batch-64 steps -4%; batch 32 and prefill level.
 #define KIMI_TILES_STEP_32(WA, WB)                                 \
   do {                                                             \
     KIMI_TILE_LOAD(WA, tile0, 64);                                 \
@@ -436,6 +438,7 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
   // Back to the initial state, so a context switch need not save the 8 KiB of tile data.
   _tile_release();
 }
+#undef KIMI_TILES_STEP_32
 
 // --- MXFP4 weights packed as kTiles ---
 //
