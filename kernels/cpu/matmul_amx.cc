@@ -88,7 +88,9 @@ namespace {
                                                                                           "y")
 
 // Tiles: accumulators 0, 1 (x rows i0.., weight groups g, g + 1) and 2, 3 (x rows i0 + 16..);
-// x tiles 4 (rows i0..) and 5 (i0 + 16..); weight tiles 6 (group g) and 7 (g + 1).
+// x tiles 4 (rows i0..) and 5 (i0 + 16..); weight tiles 6 (group g) and 7 (g + 1). Steps of 32 x
+// rows (rows0 = rows1 = 16, KIMI_TILES_STEP_32) load both x tiles into 4 and weights into 5, 6, 7:
+// with every tile 16 rows by 64 bytes any register holds either.
 void Configure(int rows0, int rows1) {
   TileConfig cfg;
   for (int t : {0, 1, 4}) cfg.rows[t] = static_cast<uint8_t>(rows0);
@@ -246,20 +248,22 @@ XRows XRowsOf(const Problem& p) {
   }
 }
 
-// One step of TilesRange (its locals: tile0, tile1, two, x0, x1, xr, b, x_stride) with 32 x rows:
-// the weight tiles of groups g and g + 1 loaded into registers WA and WB, both x tiles into
-// register 4 in turn; the same products in the same order as the general step (the same bits). A
-// tile load waits for the products still reading its register (the probes behave as if tile
-// registers were not renamed), so the general step's reload of registers 6 and 7 could not start
-// until the previous step's twelve products (fp32) were done, and then the unit waited for the
-// load: the weight's memory traffic and the products took turns. Here registers 5, 6, 7 take the
-// steps' weight tiles in turn ((5, 6), (7, 5), (6, 7)), so one of a step's two loads goes to a
-// register the previous step did not read. One register for both x tiles needs both full (a
-// tile's rows are part of the configuration: 16 for every tile here). A probe of the loop alone
-// (one thread, 12 products and 2 KiB of weights a step, x laid out as here): weights from memory
-// 270-279 -> 210-226 ns a step, from L3 125-135 -> 108-117, from L2 level. In the engine
-// (benchmarks/README.md, sixth AMX session): batch-64 LM heads 9-10% faster, kimi-linear-small
-// batch-64 steps -4%; batch 32 and prefill level.
+// One step of TilesRange (reading its kTerms and locals tile0, tile1, two, x0, x1, xr, b, x_stride;
+// writing accumulators 0-3 and tile registers 4, WA, WB) with 32 x rows: the weight tiles of
+// groups g and g + 1 loaded into registers WA and WB, both x tiles into register 4 in turn; the
+// same products in the same order as the general step (the same bits). A tile load waits for the
+// products still reading its register (the probes behave as if tile registers were not renamed),
+// so the general step's reload of registers 6 and 7 could not start until the previous step's
+// twelve products (fp32) were done, and then the unit waited for the load: the weight's memory
+// traffic and the products took turns. Here registers 5, 6, 7 take the steps' weight tiles in turn
+// ((5, 6), (7, 5), (6, 7)), so one of a step's two loads goes to a register the previous step did
+// not read. Register 4's x loads wait likewise for the two products before each, but x (1 KiB a
+// tile) comes from L1 or L2, not memory. One register for both x tiles needs both full (a tile's
+// rows are part of the configuration). A probe of the loop alone (one thread, 12 products and 2
+// KiB of weights a step, x laid out as here, K = 512): weights from memory 270-279 -> 210-226 ns a
+// step, from L3 125-135 -> 108-117, from L2 level. In the engine (benchmarks/README.md, sixth AMX
+// session): batch-64 LM heads 9-10% faster, kimi-linear-small batch-64 steps -4%; batch 32 and
+// prefill level.
 #define KIMI_TILES_STEP_32(WA, WB)                                 \
   do {                                                             \
     KIMI_TILE_LOAD(WA, tile0, 64);                                 \
