@@ -375,7 +375,12 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
           // Near the end of a group the addresses ahead run past it: the first stream's into the
           // second group (read already), the second's into the next pair's first, and the next
           // pair's second group starts unprefetched. With at most 32 x rows (the weight read once,
-          // pair after pair) each stream's go on into its own group of the next pair instead.
+          // pair after pair) each stream's go on into its own group of the next pair instead (one
+          // group skipped: exact while the distance ahead ends within the next group, so for the
+          // far prefetch groups of 8 KiB or more, K >= 256; with shorter groups those addresses
+          // land one group short of their own, the next pair's second group and the one after,
+          // which measured better than the exact place: batch-1 kimi-linear-small 0.925-0.946
+          // against 0.917-0.922 of the read, four runs each).
           // kimi-bench, binaries alternated, three runs each: batch-1 kimi-linear-small
           // 0.888-0.910 -> 0.944-0.951 of the read (one thread 0.908-0.914 -> 0.962-0.972), batch
           // 8 50.8-50.9 -> 49.7-49.8 ms, batch 32 84.3-84.5 -> 82.1-83.5 ms; k3-mini level. Not
@@ -392,7 +397,8 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
             const uint16_t* tile0 = w0 + b * 512;
             const uint16_t* tile1 = tile0 + group;
             if constexpr (kPacked) {
-              const char* ahead = reinterpret_cast<const char*>(tile0) + ahead_of(b, kPrefetchBytes);
+              const char* ahead =
+                  reinterpret_cast<const char*>(tile0) + ahead_of(b, kPrefetchBytes);
               const char* far_ahead =
                   reinterpret_cast<const char*>(tile0) + ahead_of(b, kFarPrefetchBytes);
               for (int line = 0; line < 1024; line += 64) {
