@@ -383,9 +383,9 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
           // against 0.917-0.922 of the read, four runs each).
           // kimi-bench, binaries alternated, three runs each: batch-1 kimi-linear-small
           // 0.888-0.910 -> 0.944-0.951 of the read (one thread 0.908-0.914 -> 0.962-0.972), batch
-          // 8 50.8-50.9 -> 49.7-49.8 ms, batch 32 84.3-84.5 -> 82.1-83.5 ms; k3-mini level. Not
-          // with more rows, where a chunk of the weight is read again from cache for each 32 x
-          // rows: prefill.gemm 958-1036 against 992-1082 GFLOP/s.
+          // 8 50.8-50.9 -> 49.7-49.8 ms, batch 32 84.3-84.5 -> 82.1-83.5 ms; k3-mini within its
+          // spread. Not with more rows, where a chunk of the weight is read again from cache for
+          // each 32 x rows: prefill.gemm 958-1036 GFLOP/s with it, 992-1082 without.
           const bool wrap = p.m <= 32 && g + 2 < g1;
           const auto ahead_of = [&](int64_t block, int64_t bytes) {  // from its tile, in bytes
             return wrap && block * 1024 + bytes >= group * 2 ? bytes + group * 2 : bytes;
