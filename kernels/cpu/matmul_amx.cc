@@ -89,7 +89,7 @@ namespace {
 
 // Tiles: accumulators 0, 1 (x rows i0.., weight groups g, g + 1) and 2, 3 (x rows i0 + 16..);
 // x tiles 4 (rows i0..) and 5 (i0 + 16..); weight tiles 6 (group g) and 7 (g + 1). Steps of 32 x
-// rows (rows0 = rows1 = 16, KIMI_TILES_STEP_32) load both x tiles into 4 and weights into 5, 6, 7:
+// rows (rows0 = rows1 = 16, KIMI_TILES_STEP) load both x tiles into 4 and weights into 5, 6, 7:
 // with every tile 16 rows by 64 bytes any register holds either.
 void Configure(int rows0, int rows1) {
   TileConfig cfg;
@@ -248,34 +248,37 @@ XRows XRowsOf(const Problem& p) {
   }
 }
 
-// One step of TilesRange (reading its kTerms and locals tile0, tile1, two, x0, x1, xr, b, x_stride;
-// writing accumulators 0-3 and tile registers 4, WA, WB) with 32 x rows: the weight tiles of
-// groups g and g + 1 loaded into registers WA and WB, both x tiles into register 4 in turn; the
-// same products in the same order as the general step (the same bits). A tile load waits for the
-// products still reading its register (the probes behave as if tile registers were not renamed),
-// so the general step's reload of registers 6 and 7 could not start until the previous step's
-// twelve products (fp32) were done, and then the unit waited for the load: the weight's memory
-// traffic and the products took turns. Here registers 5, 6, 7 take the steps' weight tiles in turn
-// ((5, 6), (7, 5), (6, 7)), so one of a step's two loads goes to a register the previous step did
-// not read. Register 4's x loads wait likewise for the two products before each, but x (1 KiB a
-// tile) comes from L1 or L2, not memory. One register for both x tiles needs both full (a tile's
-// rows are part of the configuration). A probe of the loop alone (one thread, 12 products and 2
-// KiB of weights a step, x laid out as here, K = 512): weights from memory 270-279 -> 210-226 ns a
-// step, from L3 125-135 -> 108-117, from L2 level. In the engine (benchmarks/README.md, sixth AMX
+// One step of TilesRange (reading its kTerms and locals tile0, tile1, two, rows1, x0, x1, xr, b,
+// x_stride; writing accumulators 0-3 and tile registers 4, X1, WA, WB): the weight tiles of groups
+// g and g + 1 loaded into registers WA and WB, x rows 0..15 into register 4 and, with rows1, x rows
+// 16.. into X1; every accumulator takes its block's terms in turn. The general step is (6, 7, 5).
+// Steps of 32 x rows take (5, 6, 4), (7, 5, 4), (6, 7, 4) in turn: the same products in the same
+// order (the same bits). A tile load waits for the products still reading its register (the probes
+// behave as if tile registers were not renamed), so the general step's reload of registers 6 and 7
+// could not start until the previous step's twelve products (fp32, 32 rows) were done, and then
+// the unit waited for the load: the weight's memory traffic and the products took turns. With
+// registers 5, 6, 7 in turn one of a step's two loads goes to a register the previous step did not
+// read. Register 4's x loads wait likewise for the two products before each, but x (1 KiB a tile)
+// comes from L1 or L2, not memory. One register for both x tiles needs both full (a tile's rows
+// are part of the configuration). A probe of the loop alone (one thread, 12 products and 2 KiB of
+// weights a step, x laid out as here, K = 512): weights from memory 270-279 -> 210-226 ns a step,
+// from L3 125-135 -> 108-117, from L2 level. In the engine (benchmarks/README.md, sixth AMX
 // session): batch-64 LM heads 9-10% faster, kimi-linear-small batch-64 steps -4%; batch 32 and
 // prefill level.
-#define KIMI_TILES_STEP_32(WA, WB)                                 \
-  do {                                                             \
-    KIMI_TILE_LOAD(WA, tile0, 64);                                 \
-    if (two) KIMI_TILE_LOAD(WB, tile1, 64);                        \
-    for (int t = 0; t < kTerms; ++t) {                             \
-      KIMI_TILE_LOAD(4, x0 + t * xr.row + b * xr.block, x_stride); \
-      _tile_dpbf16ps(0, 4, WA);                                    \
-      if (two) _tile_dpbf16ps(1, 4, WB);                           \
-      KIMI_TILE_LOAD(4, x1 + t * xr.row + b * xr.block, x_stride); \
-      _tile_dpbf16ps(2, 4, WA);                                    \
-      if (two) _tile_dpbf16ps(3, 4, WB);                           \
-    }                                                              \
+#define KIMI_TILES_STEP(WA, WB, X1)                                   \
+  do {                                                                \
+    KIMI_TILE_LOAD(WA, tile0, 64);                                    \
+    if (two) KIMI_TILE_LOAD(WB, tile1, 64);                           \
+    for (int t = 0; t < kTerms; ++t) {                                \
+      KIMI_TILE_LOAD(4, x0 + t * xr.row + b * xr.block, x_stride);    \
+      _tile_dpbf16ps(0, 4, WA);                                       \
+      if (two) _tile_dpbf16ps(1, 4, WB);                              \
+      if (rows1) {                                                    \
+        KIMI_TILE_LOAD(X1, x1 + t * xr.row + b * xr.block, x_stride); \
+        _tile_dpbf16ps(2, X1, WA);                                    \
+        if (two) _tile_dpbf16ps(3, X1, WB);                           \
+      }                                                               \
+    }                                                                 \
   } while (false)
 
 // y[i, n] for every i < m and n in [n0, n1) (multiples of 8, or n1 = rows), x in kTerms bf16
@@ -418,28 +421,17 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
             if (rows1 == kTileRows) {
               switch (turn++ % 3) {
                 case 0:
-                  KIMI_TILES_STEP_32(5, 6);
+                  KIMI_TILES_STEP(5, 6, 4);
                   break;
                 case 1:
-                  KIMI_TILES_STEP_32(7, 5);
+                  KIMI_TILES_STEP(7, 5, 4);
                   break;
                 default:
-                  KIMI_TILES_STEP_32(6, 7);
+                  KIMI_TILES_STEP(6, 7, 4);
                   break;
               }
             } else {
-              KIMI_TILE_LOAD(6, tile0, 64);
-              if (two) KIMI_TILE_LOAD(7, tile1, 64);
-              for (int t = 0; t < kTerms; ++t) {
-                KIMI_TILE_LOAD(4, x0 + t * xr.row + b * xr.block, x_stride);
-                _tile_dpbf16ps(0, 4, 6);
-                if (two) _tile_dpbf16ps(1, 4, 7);
-                if (rows1) {
-                  KIMI_TILE_LOAD(5, x1 + t * xr.row + b * xr.block, x_stride);
-                  _tile_dpbf16ps(2, 5, 6);
-                  if (two) _tile_dpbf16ps(3, 5, 7);
-                }
-              }
+              KIMI_TILES_STEP(6, 7, 5);
             }
           }
           if (b1 < nb) {  // more slices to come
@@ -462,7 +454,7 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
   // Back to the initial state, so a context switch need not save the 8 KiB of tile data.
   _tile_release();
 }
-#undef KIMI_TILES_STEP_32
+#undef KIMI_TILES_STEP
 
 // --- MXFP4 weights packed as kTiles ---
 //

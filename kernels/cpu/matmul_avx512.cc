@@ -880,7 +880,7 @@ void RangeWith(const L& l, const Problem& p, int64_t n0, int64_t n1) {
   // once into an fp32 panel measured slower here: the panel's stores miss L1. MXFP4's decode costs
   // more; past the group strips it does take a panel: RangeMxfp4Panel.)
   const int64_t ahead = ahead_rows < 16 ? 16 : ahead_rows;
-  if (XBlockRows(p) < kSliceMinRows && p.m > XBlockRows(p) && full > kSliceBlocks) {
+  if (const int64_t mb = XBlockRows(p); mb < kSliceMinRows && p.m > mb && full > kSliceBlocks) {
     return RangeWithSlices(l, p, n0, n1, full, rem, ahead);
   }
   XBlocksWChunks(p, n0, n1, [&](int64_t i0, int64_t i1, int64_t c0, int64_t c1) {

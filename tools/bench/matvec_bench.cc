@@ -68,6 +68,23 @@ const char* LayoutName(PackLayout l) {
   return "?";
 }
 
+// Pseudo-random MXFP4 codes (a linear congruential stream carried in `seed`) and scales near 1.
+void FillMxfp4(uint8_t* codes, int64_t code_bytes, uint8_t* scales, int64_t scale_bytes,
+               uint32_t& seed) {
+  for (int64_t i = 0; i < code_bytes; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    codes[i] = static_cast<uint8_t>(seed >> 24);
+  }
+  for (int64_t i = 0; i < scale_bytes; ++i) scales[i] = static_cast<uint8_t>(124 + i % 6);
+}
+
+// An activation row of values in [-0.5, 0.5), the same for every figure.
+std::vector<float> ActivationRow(int64_t n) {
+  std::vector<float> x(n);
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
+  return x;
+}
+
 // A [kRows, kCols] MXFP4 weight in 2 MiB-aligned, huge-page-advised memory (as the model loader
 // places weights), with pseudo-random codes and scales near 1, packed in `layout`.
 struct Mxfp4Matrix {
@@ -77,12 +94,8 @@ struct Mxfp4Matrix {
   explicit Mxfp4Matrix(PackLayout layout) {
     codes.reset(AllocHuge(kRows * kCols / 2));
     scales.reset(AllocHuge(kRows * kCols / 32));
-    uint32_t s = 12345;
-    for (int64_t i = 0; i < kRows * kCols / 2; ++i) {
-      s = s * 1664525u + 1013904223u;
-      codes.get()[i] = static_cast<uint8_t>(s >> 24);
-    }
-    for (int64_t i = 0; i < kRows * kCols / 32; ++i) scales.get()[i] = 124 + i % 6;
+    uint32_t seed = 12345;
+    FillMxfp4(codes.get(), kRows * kCols / 2, scales.get(), kRows * kCols / 32, seed);
     w.data = codes.get();
     w.scales = scales.get();
     w.format = WeightFormat::kMxfp4;
@@ -142,11 +155,7 @@ struct Mxfp4Experts {
       next += w.DataBytes();
       auto* scales = next;
       next += w.ScaleBytes();
-      for (int64_t i = 0; i < w.DataBytes(); ++i) {
-        seed = seed * 1664525u + 1013904223u;
-        codes[i] = static_cast<uint8_t>(seed >> 24);
-      }
-      for (int64_t i = 0; i < w.ScaleBytes(); ++i) scales[i] = 124 + i % 6;
+      FillMxfp4(codes, w.DataBytes(), scales, w.ScaleBytes(), seed);
       w.data = codes;
       w.scales = scales;
       cpu::PackInPlace(&w);
@@ -184,8 +193,7 @@ void RunExpertsMxfp4(const Context& ctx) {
   const std::vector<std::span<const uint8_t>> regions = {
       {experts.memory.get(), static_cast<size_t>(experts.bytes)}};
   const int threads = cpu::ThreadPool::Global().num_threads();
-  std::vector<float> x(kExpertRowsWide * kExpertDim);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
+  const std::vector<float> x = ActivationRow(kExpertRowsWide * kExpertDim);
   const double bytes = static_cast<double>(experts.bytes);
   constexpr int kReps = 3;
   const auto seconds = [&](int64_t m) {
@@ -230,8 +238,8 @@ void RunMatvecBf16(const Context& ctx) {
     regions.push_back({ms.back()->data.get(), static_cast<size_t>(ms.back()->w.Bytes())});
   }
   const int threads = cpu::ThreadPool::Global().num_threads();
-  std::vector<float> x(kBf16Cols), y(kBf16Rows);
-  for (int64_t i = 0; i < kBf16Cols; ++i) x[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
+  const std::vector<float> x = ActivationRow(kBf16Cols);
+  std::vector<float> y(kBf16Rows);
   const double bytes = static_cast<double>(kBf16Count) * ms[0]->w.Bytes();
   const auto rate = [&](cpu::ActivationDtype activations) {
     cpu::ActivationScope scope(activations);
@@ -282,8 +290,8 @@ void RunMatvec(const Context& ctx) {
   const PackLayout preferred = cpu::PreferredPackLayout(WeightFormat::kMxfp4);
   const Mxfp4Matrix ours(preferred), blocks(PackLayout::kBlocks);
   const int threads = cpu::ThreadPool::Global().num_threads();
-  std::vector<float> x(kCols), y(kRows);
-  for (int64_t i = 0; i < kCols; ++i) x[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
+  const std::vector<float> x = ActivationRow(kCols);
+  std::vector<float> y(kRows);
   const double bytes = static_cast<double>(ours.w.Bytes());
   constexpr int kReps = 10;
   const auto rate = [&](const Weight& w) {
