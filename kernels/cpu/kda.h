@@ -33,6 +33,18 @@ void KdaChunk(float* o, const float* q, const float* k, const float* v, const fl
               const float* beta, float* state, const KdaDims& d, float scale, int64_t pos0 = 0,
               int chunk = 64);
 
+// The same two forms with the state stored as bf16 between calls (an opt-in of the state pool:
+// half the memory and the traffic of fp32). Each head's state is widened to fp32 exactly, stepped
+// as above, and rounded to bf16 (nearest even) after every token of KdaRecurrent and after every
+// chunk of KdaChunk; a token's output takes the unrounded state. Rounding on the chunk grid keeps
+// both contracts above: splits at multiples of `chunk` and a one-token tail give the whole run's
+// bits.
+void KdaRecurrent(float* o, const float* q, const float* k, const float* v, const float* g,
+                  const float* beta, uint16_t* state, const KdaDims& d, float scale);
+void KdaChunk(float* o, const float* q, const float* k, const float* v, const float* g,
+              const float* beta, uint16_t* state, const KdaDims& d, float scale, int64_t pos0 = 0,
+              int chunk = 64);
+
 // Log-space decay per channel from the low-rank gate output g_raw [T, H, K] (in place allowed):
 //   no lower bound (Kimi Linear): g = -exp(A_log[h]) * softplus(g_raw + dt_bias)   (threshold 20)
 //   lower bound lb (Kimi K3):     g = lb * sigmoid(exp(A_log[h]) * (g_raw + dt_bias))

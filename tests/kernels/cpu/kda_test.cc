@@ -1,11 +1,13 @@
 #include "kernels/cpu/kda.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/norm.h"
+#include "kernels/dtype.h"
 #include "tests/kernels/cpu/test_util.h"
 
 namespace kimi::cpu {
@@ -166,6 +168,138 @@ TEST(Kda, OneTokenTailIsTheRecurrentStep) {
       for (size_t i = 0; i < o.size(); ++i) ASSERT_EQ(o[i], whole[i]) << K << " " << i;
       for (size_t i = 0; i < state.size(); ++i)
         ASSERT_EQ(state[i], state_whole[i]) << K << " " << i;
+    }
+  }
+}
+
+// --- The state stored as bf16 between calls ---
+
+std::vector<uint16_t> ToBf16(const std::vector<float>& x) {
+  std::vector<uint16_t> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = F32ToBf16(x[i]);
+  return out;
+}
+std::vector<float> Widened(const std::vector<uint16_t>& x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = Bf16ToF32(x[i]);
+  return out;
+}
+
+// Row t's pointers of the inputs (token-major), and a one-token or c-token view of them.
+struct At {
+  const Inputs& in;
+  int64_t t;
+  const float* q() const { return in.q.data() + t * in.d.H * in.d.K; }
+  const float* k() const { return in.k.data() + t * in.d.H * in.d.K; }
+  const float* v() const { return in.v.data() + t * in.d.H * in.d.V; }
+  const float* g() const { return in.g.data() + t * in.d.H * in.d.K; }
+  const float* beta() const { return in.beta.data() + t * in.d.H; }
+};
+
+// The bf16 forms are defined as the fp32 ones on the widened state, rounded after each token
+// (KdaRecurrent) or each chunk on the grid (KdaChunk): equal bit for bit, at the register-resident
+// width (128) and an odd one, from a start on the grid and off it.
+TEST(KdaBf16State, IsTheFp32StepRoundedAfterEachTokenOrChunk) {
+  for (const auto& [K, V] : {std::pair<int64_t, int64_t>{128, 128}, {24, 40}}) {
+    const int64_t T = 150, H = 2;
+    const Inputs in = MakeInputs(T, H, K, V, 11, 0.3f);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(K));
+    const std::vector<uint16_t> start = ToBf16(in.state);
+    // KdaRecurrent: token by token.
+    std::vector<float> o(T * H * V), want_o(T * H * V);
+    std::vector<uint16_t> state = start;
+    KdaRecurrent(o.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                 state.data(), in.d, scale);
+    std::vector<float> wide = Widened(start);
+    for (int64_t t = 0; t < T; ++t) {
+      const At a{in, t};
+      KdaRecurrent(want_o.data() + t * H * V, a.q(), a.k(), a.v(), a.g(), a.beta(), wide.data(),
+                   {1, H, K, V}, scale);
+      wide = Widened(ToBf16(wide));
+    }
+    ASSERT_EQ(o, want_o) << K;
+    ASSERT_EQ(state, ToBf16(wide)) << K;
+    // KdaChunk: chunk by chunk on the grid, from 5 tokens in (a first chunk of 59, then 64, then
+    // 27) and from 63 in (a one-token first chunk, the recurrent step).
+    for (const int64_t pos0 : {5, 63}) {
+      std::fill(o.begin(), o.end(), 0.0f);
+      state = start;
+      KdaChunk(o.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+               state.data(), in.d, scale, pos0);
+      wide = Widened(start);
+      for (int64_t t = 0; t < T;) {
+        const int64_t c = std::min<int64_t>(64 - (pos0 + t) % 64, T - t);
+        const At a{in, t};
+        KdaChunk(want_o.data() + t * H * V, a.q(), a.k(), a.v(), a.g(), a.beta(), wide.data(),
+                 {c, H, K, V}, scale, pos0 + t);
+        wide = Widened(ToBf16(wide));
+        t += c;
+      }
+      ASSERT_EQ(o, want_o) << K << " " << pos0;
+      ASSERT_EQ(state, ToBf16(wide)) << K << " " << pos0;
+    }
+  }
+}
+
+// As with the fp32 state: a prompt split on the grid, or before its last token (which the
+// recurrent step then takes), gives the whole run's bits.
+TEST(KdaBf16State, GridSplitsAndOneTokenTailsAreBitExact) {
+  const int64_t T = 129, H = 2, K = 128, V = 128;
+  const Inputs in = MakeInputs(T, H, K, V, 13, 0.3f);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(K));
+  std::vector<float> whole(T * H * V);
+  std::vector<uint16_t> state_whole = ToBf16(in.state);
+  KdaChunk(whole.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+           state_whole.data(), in.d, scale);
+  for (const std::vector<int64_t>& split : {std::vector<int64_t>{64, 65}, {128, 1}, {64, 64, 1}}) {
+    std::vector<float> o(whole.size());
+    std::vector<uint16_t> state = ToBf16(in.state);
+    int64_t t0 = 0;
+    for (const int64_t n : split) {
+      const At a{in, t0};
+      float* ot = o.data() + t0 * H * V;
+      if (n == 1) {
+        KdaRecurrent(ot, a.q(), a.k(), a.v(), a.g(), a.beta(), state.data(), {1, H, K, V}, scale);
+      } else {
+        KdaChunk(ot, a.q(), a.k(), a.v(), a.g(), a.beta(), state.data(), {n, H, K, V}, scale, t0);
+      }
+      t0 += n;
+    }
+    ASSERT_EQ(o, whole) << split.size();
+    ASSERT_EQ(state, state_whole) << split.size();
+  }
+}
+
+// Against the double definition (the fp32 state's test above allows 2e-4 + 1e-4 relative). bf16
+// keeps 8 significant bits: each rounding moves a state entry by at most 2^-9 of itself, and the
+// decay and the delta rule's (I - beta k k^T) carry the error forward without growing it, so after
+// n roundings an entry is off by about sqrt(n) 2^-9 |S| when the roundings' signs are random
+// (2.4e-2 |S| at n = 150; n 2^-9 |S| if they all agreed). KdaRecurrent rounds after every token,
+// KdaChunk after every chunk. States here are O(1) (a start in [-0.5, 0.5], unit-norm keys): 3e-2
+// absolute
+// + 3e-2 relative for the state, 1e-2 + 1e-2 for the outputs, which average the state's errors over
+// a row of q. Observed worst ratios over these shapes: 0.22 (state, slow decay, token by token),
+// 0.05 (outputs); a state not written back or a wrong row is off by O(0.1-1).
+TEST(KdaBf16State, StaysCloseToTheDefinition) {
+  for (const Case c :
+       {Case{64, 2, 128, 128, 0.05f}, Case{150, 2, 128, 128, 0.5f}, Case{100, 2, 24, 40, 0.2f}}) {
+    const Inputs in = MakeInputs(c.T, c.H, c.K, c.V, 19, c.decay_max);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.K));
+    std::vector<double> ref_o, ref_s;
+    Reference(in, scale, &ref_o, &ref_s);
+    for (const bool chunked : {false, true}) {
+      std::vector<float> o(c.T * c.H * c.V);
+      std::vector<uint16_t> state = ToBf16(in.state);
+      if (chunked) {
+        KdaChunk(o.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                 state.data(), in.d, scale);
+      } else {
+        KdaRecurrent(o.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                     state.data(), in.d, scale);
+      }
+      EXPECT_LE(testing::WorstRatio(o, ref_o, 1e-2, 1e-2), 1.0) << c.T << " " << chunked;
+      EXPECT_LE(testing::WorstRatio(Widened(state), ref_s, 3e-2, 3e-2), 1.0)
+          << c.T << " " << chunked;
     }
   }
 }
