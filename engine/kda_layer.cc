@@ -50,7 +50,7 @@ void PrefetchStates(const std::vector<const SeqSpan*>& seqs, int64_t parts, KdaS
     const int64_t begin = PartBegin(count, parts, p);
     const int64_t end = std::min(PartBegin(count, parts, p + 1), begin + most);
     for (int64_t i = begin; i < end; ++i) {
-      by_thread[p].push_back({pool.Recurrent(seqs[i]->kda_slot, kda_index), layer_bytes});
+      by_thread[p].push_back({pool.Layer(seqs[i]->kda_slot, kda_index), layer_bytes});
     }
   }
   cpu::SetSidePrefetch(by_thread);
@@ -135,13 +135,18 @@ absl::Status Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, c
     KdaGate(g.get() + a, g.get() + a, n, H, K, w.a_log, w.dt_bias, c.kda.gate_lower_bound);
     SigmoidInPlace(beta.get() + s.offset * H, n * H);
     const KdaDims d{n, H, K, K};
-    float* state = pool.Recurrent(s.kda_slot, kda_index);
-    if (n == 1) {
-      KdaRecurrent(o.get() + a, q + a, k + a, v + a, g.get() + a, beta.get() + s.offset * H, state,
-                   d, scale);
+    const float* b = beta.get() + s.offset * H;
+    const auto recurrence = [&](auto* state) {  // float* or, with a bf16 state, uint16_t*
+      if (n == 1) {
+        KdaRecurrent(o.get() + a, q + a, k + a, v + a, g.get() + a, b, state, d, scale);
+      } else {
+        KdaChunk(o.get() + a, q + a, k + a, v + a, g.get() + a, b, state, d, scale, s.pos0);
+      }
+    };
+    if (pool.state_dtype() == KdaStateDtype::kBf16) {
+      recurrence(pool.RecurrentBf16(s.kda_slot, kda_index));
     } else {
-      KdaChunk(o.get() + a, q + a, k + a, v + a, g.get() + a, beta.get() + s.offset * H, state, d,
-               scale, s.pos0);
+      recurrence(pool.Recurrent(s.kda_slot, kda_index));
     }
     RmsNorm(o.get() + a, o.get() + a, w.o_norm, n * H, K, c.rms_eps);
     MulSigmoid(o.get() + a, gate.get() + a, n * P);

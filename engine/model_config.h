@@ -17,12 +17,18 @@ enum class ModelFamily { kKimiLinear, kKimiK3 };
 enum class LayerKind { kKda, kMla };
 enum class Activation { kSiluGlu, kSituGlu };
 
+// How the KDA state pool keeps each head's recurrent state between steps: fp32, the reference's,
+// or bf16, a serving opt-in (--kda-state-dtype): half the state's memory and traffic, rounded after
+// every token and every prefill chunk (kernels/cpu/kda.h). Not read from config.json.
+enum class KdaStateDtype { kF32, kBf16 };
+
 struct KdaConfig {
   int64_t num_heads = 0;
   int64_t head_dim = 0;  // K = V
   int64_t conv_kernel = 4;
   bool full_rank_gate = false;             // K3: g_proj [P, hidden]; else g_a_proj/g_b_proj
   std::optional<float> gate_lower_bound;   // K3: bounded sigmoid decay; else softplus form
+  KdaStateDtype state_dtype = KdaStateDtype::kF32;  // a serving choice (Model::SetKdaStateDtype)
   int64_t projection() const { return num_heads * head_dim; }
 };
 

@@ -20,17 +20,31 @@ ZeroedBuffer::~ZeroedBuffer() {
   if (data_) ::munmap(data_, static_cast<size_t>(floats_) * sizeof(float));
 }
 
+namespace {
+
+// Floats of one layer's recurrent state (a bf16 state two values a float, rounded up: every
+// checkpoint's heads are 128 x 128).
+int64_t RecurrentFloats(const ModelConfig& c) {
+  const int64_t values = c.kda.num_heads * c.kda.head_dim * c.kda.head_dim;
+  return c.kda.state_dtype == KdaStateDtype::kBf16 ? (values + 1) / 2 : values;
+}
+
+int64_t LayerFloatsOf(const ModelConfig& c) {
+  return RecurrentFloats(c) + 3 * (c.kda.conv_kernel - 1) * c.kda.projection();
+}
+
+}  // namespace
+
 KdaStatePool::KdaStatePool(const ModelConfig& c, int64_t num_slots)
-    : num_slots_(num_slots),
+    : dtype_(c.kda.state_dtype),
+      num_slots_(num_slots),
       layers_(c.StageLayersOf(LayerKind::kKda)),
-      recurrent_(c.kda.num_heads * c.kda.head_dim * c.kda.head_dim),
-      per_layer_(recurrent_ + 3 * (c.kda.conv_kernel - 1) * c.kda.projection()),
+      recurrent_(RecurrentFloats(c)),
+      per_layer_(LayerFloatsOf(c)),
       data_(num_slots * layers_ * per_layer_) {}
 
 int64_t KdaStatePool::SlotBytes(const ModelConfig& c) {
-  const int64_t per_layer = c.kda.num_heads * c.kda.head_dim * c.kda.head_dim +
-                            3 * (c.kda.conv_kernel - 1) * c.kda.projection();
-  return c.StageLayersOf(LayerKind::kKda) * per_layer * static_cast<int64_t>(sizeof(float));
+  return c.StageLayersOf(LayerKind::kKda) * LayerFloatsOf(c) * static_cast<int64_t>(sizeof(float));
 }
 
 void KdaStatePool::Clear(int64_t slot) {

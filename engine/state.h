@@ -1,8 +1,9 @@
 // Per-request state the forward pass reads and writes, held in pools the scheduler sizes and
 // assigns. The engine never owns a request's state: it receives slot and page indices per step.
 //
-//   KdaStatePool: one slot per running request; per KDA layer the fp32 recurrent state
-//                 [H, K, V] and the conv history [3 (q,k,v), W-1, P].
+//   KdaStatePool: one slot per running request; per KDA layer the recurrent state [H, K, V]
+//                 (fp32, or bf16 with KdaConfig::state_dtype) and the fp32 conv history
+//                 [3 (q,k,v), W-1, P].
 //   MlaKvCache:   pages of `page_size` positions; per MLA layer [num_pages, page_size, width],
 //                 width = kv_lora_rank + qk_rope_head_dim (normalised latent, then k_pe).
 //
@@ -13,6 +14,7 @@
 // scheduler copies slots between steps. Copies are explicit calls so their cost is visible.
 #pragma once
 
+#include <cassert>
 #include <cstdint>
 #include <memory>
 
@@ -41,13 +43,24 @@ class KdaStatePool {
   KdaStatePool(const ModelConfig& config, int64_t num_slots);
 
   int64_t num_slots() const { return num_slots_; }
-  // Floats per slot (all KDA layers, recurrent + conv).
+  KdaStateDtype state_dtype() const { return dtype_; }
+  // Floats per slot (all KDA layers, recurrent + conv; a bf16 recurrent state counts two values a
+  // float): the unit of the slot copies below.
   int64_t SlotFloats() const { return layers_ * per_layer_; }
   static int64_t SlotBytes(const ModelConfig& config);
 
   // Floats of one slot's one KDA layer: the recurrent state, then the conv history, contiguous.
   int64_t LayerFloats() const { return per_layer_; }
-  float* Recurrent(int64_t slot, int64_t kda_layer) { return Base(slot, kda_layer); }
+  const void* Layer(int64_t slot, int64_t kda_layer) { return Base(slot, kda_layer); }
+  // The recurrent state of a pool of each dtype.
+  float* Recurrent(int64_t slot, int64_t kda_layer) {
+    assert(dtype_ == KdaStateDtype::kF32);
+    return Base(slot, kda_layer);
+  }
+  uint16_t* RecurrentBf16(int64_t slot, int64_t kda_layer) {
+    assert(dtype_ == KdaStateDtype::kBf16);
+    return reinterpret_cast<uint16_t*>(Base(slot, kda_layer));
+  }
   float* Conv(int64_t slot, int64_t kda_layer) { return Base(slot, kda_layer) + recurrent_; }
   // Zeroes a slot: the state of an empty sequence.
   void Clear(int64_t slot);
@@ -60,7 +73,8 @@ class KdaStatePool {
   float* Base(int64_t slot, int64_t kda_layer) {
     return data_.data() + (slot * layers_ + kda_layer) * per_layer_;
   }
-  int64_t num_slots_, layers_, recurrent_, per_layer_;
+  KdaStateDtype dtype_;
+  int64_t num_slots_, layers_, recurrent_, per_layer_;  // recurrent_: floats (bf16 in pairs)
   ZeroedBuffer data_;
 };
 

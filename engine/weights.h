@@ -115,6 +115,10 @@ class Model {
   const std::string& dir() const { return dir_; }
   // Serves fewer tokens per request than the model supports (a deployment choice).
   void LimitContext(int64_t tokens) { config_.max_context = full_config_.max_context = tokens; }
+  // Keeps the KDA state pools' recurrent states in `dtype` (a serving choice, as above).
+  void SetKdaStateDtype(KdaStateDtype dtype) {
+    config_.kda.state_dtype = full_config_.kda.state_dtype = dtype;
+  }
   // Bytes of weights one decode token reads (active experts at their stored size).
   int64_t ActiveWeightBytes() const;
   // The memory holding the checkpoint's bytes (benchmarks stream it as their bandwidth baseline).

@@ -35,6 +35,8 @@ const std::vector<Setting>& Settings() {
       {"model.name", "", &ServerConfig::model_name, "served model name (default: directory name)"},
       {"model.activation_dtype", "--activation-dtype", &ServerConfig::activation_dtype,
        "fp32, or bf16 (matmul inputs rounded to bf16: faster prefill, looser accuracy)"},
+      {"model.kda_state_dtype", "--kda-state-dtype", &ServerConfig::kda_state_dtype,
+       "fp32, or bf16 (KDA states kept in bf16: half their memory, looser accuracy; CPU only)"},
       {"model.device", "--device", &ServerConfig::device,
        "cpu, or cuda / cuda:N (one GPU, one process; builds with nvcc only)"},
       {"model.threads", "--threads", &ServerConfig::threads,
@@ -304,6 +306,10 @@ absl::Status Validate(const ServerConfig& c) {
     return bad("model.activation_dtype",
                absl::StrCat("\"", c.activation_dtype, "\": expected fp32 or bf16"));
   }
+  if (c.kda_state_dtype != "fp32" && c.kda_state_dtype != "bf16") {
+    return bad("model.kda_state_dtype",
+               absl::StrCat("\"", c.kda_state_dtype, "\": expected fp32 or bf16"));
+  }
   // Every number has an upper bound too, chosen so that nothing downstream overflows or asks
   // for the impossible: a value that passes here must start the server or fail cleanly. MiB
   // sizes are multiplied by 2^20 into int64 bytes (2^30 MiB, 1 PiB, leaves 2^13 of headroom);
@@ -358,6 +364,9 @@ absl::Status Validate(const ServerConfig& c) {
     }
     if (c.tp * c.ep * c.pp > 1) {
       return bad("model.device", "cuda serves one GPU in one process (parallel.tp/ep/pp must be 1)");
+    }
+    if (c.kda_state_dtype != "fp32") {
+      return bad("model.kda_state_dtype", "bf16 runs on the CPU engine only (model.device cpu)");
     }
   }
   if (!ValidAddress(c.listen)) return bad("server.listen", "expected host:port");

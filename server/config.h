@@ -16,6 +16,7 @@ struct ServerConfig {
   std::string model_path;
   std::string model_name;  // served name; default: the model directory's name
   std::string activation_dtype = "fp32";
+  std::string kda_state_dtype = "fp32";  // the KDA state pool's recurrent states: fp32 or bf16
   std::string device = "cpu";
   int64_t threads = 0;  // engine threads; 0 = one per usable CPU
   int64_t max_context = 0;  // prompt + output limit; 0 = the model's own

@@ -60,6 +60,10 @@ EngineOptions EngineOptionsOf(const ServerConfig& c) {
   return o;
 }
 
+KdaStateDtype KdaStateDtypeOf(const ServerConfig& c) {
+  return c.kda_state_dtype == "bf16" ? KdaStateDtype::kBf16 : KdaStateDtype::kF32;
+}
+
 // Sizes the state pools from the memory budgets (each pool its own capacity).
 // Every rank sizes its pools alike, by the largest share any stage holds (its KDA state a request,
 // its MLA cache a token): the leader's pool sizes are every rank's. Sized by its own stage, a
@@ -225,6 +229,7 @@ int Follow(const ServerConfig& c, Cluster& cl) {
   }
   spdlog::info("{} (pid {})", (*model)->shard().Describe(), getpid());
   LogThreads();
+  (*model)->SetKdaStateDtype(KdaStateDtypeOf(c));
   const sched::SchedulerConfig pools = Pools(c, **model);
   DistributedOptions d;
   d.slots = pools.max_running;
@@ -421,6 +426,7 @@ int Run(int argc, char** argv) {
     if (c.max_context > 0 && c.max_context < b.model->config().max_context) {
       b.model->LimitContext(c.max_context);
     }
+    b.model->SetKdaStateDtype(KdaStateDtypeOf(c));
     auto tok = tokenizer::Tokenizer::Load(c.model_path);
     if (!tok.ok()) {
       return fail(1, absl::StrCat("cannot load tokenizer: ", tok.status().message()));
@@ -501,10 +507,12 @@ int Run(int argc, char** argv) {
     }
     b.metrics->SetPools(b.loop->Stats());
     const sched::SchedulerStats st = b.loop->Stats();
-    spdlog::info("pools: {} KDA state slots ({} B each), {} KV pages of {} tokens, AttnRes cache "
-                 "{} B for {} tokens/step; concurrency {} (minimum over pools)",
-                 st.slots_total, KdaStatePool::SlotBytes(b.model->config()), st.pages_total,
-                 c.page_size, st.attn_res_bytes_total, c.token_budget, b.loop->Concurrency());
+    spdlog::info(
+        "pools: {} KDA state slots ({} B each, {} state), {} KV pages of {} tokens, "
+        "AttnRes cache {} B for {} tokens/step; concurrency {} (minimum over pools)",
+        st.slots_total, KdaStatePool::SlotBytes(b.model->config()), c.kda_state_dtype,
+        st.pages_total, c.page_size, st.attn_res_bytes_total, c.token_budget,
+        b.loop->Concurrency());
     // Sizes that silently gave something else than asked (a k3-mini snapshot is 4.8 MiB: a
     // prefix cache of 4 MiB kept nothing, a state pool of 1 MiB held one slot anyway).
     const int64_t slot_bytes = KdaStatePool::SlotBytes(b.model->config());

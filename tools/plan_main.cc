@@ -17,6 +17,8 @@ ABSL_FLAG(bool, json, false, "print one JSON object instead of a table");
 ABSL_FLAG(int, tp, 1, "tensor-parallel ranks per stage");
 ABSL_FLAG(int, ep, 1, "expert-parallel ranks per stage");
 ABSL_FLAG(int, pp, 1, "pipeline stages");
+ABSL_FLAG(std::string, kda_state_dtype, "fp32",
+          "fp32 | bf16: the KDA recurrent states' dtype (kimi-server --kda-state-dtype)");
 
 namespace {
 
@@ -36,7 +38,7 @@ int main(int argc, char** argv) {
   kimi::tools::ParseFlags(
       argc, argv,
       "Sizes a Kimi model from config.json alone.\n  kimi-plan --config config.json "
-      "[--tp N --ep N --pp N] [--context N] [--json]");
+      "[--tp N --ep N --pp N] [--context N] [--kda_state_dtype fp32|bf16] [--json]");
   std::string path = absl::GetFlag(FLAGS_config);
   if (path.empty()) {
     std::fprintf(stderr, "kimi-plan: --config is required\n");
@@ -44,6 +46,12 @@ int main(int argc, char** argv) {
   }
   if (absl::GetFlag(FLAGS_context) < 1) {
     std::fprintf(stderr, "kimi-plan: --context must be at least 1 token\n");
+    return 2;
+  }
+  const std::string state_dtype = absl::GetFlag(FLAGS_kda_state_dtype);
+  if (state_dtype != "fp32" && state_dtype != "bf16") {
+    std::fprintf(stderr, "kimi-plan: --kda_state_dtype '%s': expected fp32 or bf16\n",
+                 state_dtype.c_str());
     return 2;
   }
   std::ifstream probe(path + "/config.json");
@@ -61,6 +69,7 @@ int main(int argc, char** argv) {
                  std::string(config.status().message()).c_str());
     return 1;
   }
+  if (state_dtype == "bf16") config->kda.state_dtype = kimi::KdaStateDtype::kBf16;
   const kimi::ModelPlan p = kimi::PlanModel(*config);
   kimi::ParallelLayout layout;
   layout.tp = absl::GetFlag(FLAGS_tp);

@@ -290,6 +290,9 @@ absl::StatusOr<std::unique_ptr<StepRunner>> MakeCudaStepRunner(const Model& mode
     return absl::InvalidArgumentError(
         absl::StrCat("MakeCudaStepRunner: ", slots, " slots, ", pages, " pages of ", page_size));
   }
+  if (model.config().kda.state_dtype != KdaStateDtype::kF32) {
+    return absl::InvalidArgumentError("MakeCudaStepRunner: the KDA state is fp32 on the GPU");
+  }
   auto runner = std::make_unique<CudaStepRunner>(model, slots, pages, page_size, device, options);
   KIMI_RETURN_IF_ERROR(runner->Init(slots, pages, page_size));
   return std::unique_ptr<StepRunner>(std::move(runner));

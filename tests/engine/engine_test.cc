@@ -236,6 +236,57 @@ TEST_P(EngineTest, Bf16ActivationsAreBatchInvariantAndClose) {
   }
 }
 
+// A bf16 KDA state (the opt-in, --kda-state-dtype bf16): half the pool's recurrent bytes; prompt
+// splits on the grid and batching give the same bits, as with fp32 (the state is rounded after
+// every token and every chunk of the grid, whatever the step holds); and the logits stay close to
+// the fp32 state's (median position, as for bf16 activations above: an expert choice can flip in
+// a random tiny model).
+TEST_P(EngineTest, Bf16KdaStateIsSplitAndBatchInvariantAndClose) {
+  const Model& f32 = LoadPreset(GetParam());
+  auto loaded = Model::Load(testing::PresetDir(GetParam()));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  Model& m = **loaded;
+  m.SetKdaStateDtype(KdaStateDtype::kBf16);
+  const KdaConfig& kda = m.config().kda;
+  const int64_t layers = m.config().StageLayersOf(LayerKind::kKda);
+  ASSERT_GT(layers, 0);
+  EXPECT_EQ(KdaStatePool::SlotBytes(f32.config()) - KdaStatePool::SlotBytes(m.config()),
+            layers * kda.num_heads * kda.head_dim * kda.head_dim * 2);
+
+  const auto tail = RandomTokens(129, m.config().vocab, 4);
+  Runner t(m, 1, 129);
+  const auto whole = t.Run({tail}, {{129}})[0];
+  EXPECT_EQ(t.Run({tail}, {{64, 65}})[0], whole);
+  EXPECT_EQ(t.Run({tail}, {{128, 1}})[0], whole);
+  EXPECT_EQ(t.Run({tail}, {{64, 64, 1}})[0], whole);
+
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::vector<int64_t>> splits;
+  const int64_t lengths[] = {5, 70, 1, 33};
+  for (int i = 0; i < 4; ++i) {
+    tokens.push_back(RandomTokens(lengths[i], m.config().vocab, 30 + i));
+    if (lengths[i] > 3)
+      splits.push_back({lengths[i] - 3, 1, 1, 1});
+    else
+      splits.push_back(std::vector<int64_t>(lengths[i], 1));
+  }
+  Runner together(m, 4, 80);
+  const auto batch = together.Run(tokens, splits);
+  for (int i = 0; i < 4; ++i) {
+    Runner alone(m, 1, 80);
+    EXPECT_EQ(alone.Run({tokens[i]}, {splits[i]})[0], batch[i]) << "sequence " << i;
+    Runner reference(f32, 1, 80);
+    const auto ref = reference.Run({tokens[i]}, {splits[i]})[0];
+    std::vector<double> diffs;
+    for (size_t j = 0; j < ref.size(); ++j) diffs.push_back(std::fabs(ref[j] - batch[i][j]));
+    std::nth_element(diffs.begin(), diffs.begin() + diffs.size() / 2, diffs.end());
+    EXPECT_LT(diffs[diffs.size() / 2], 0.05) << "sequence " << i;
+    if (i != 2) {                // (a one-token prompt has no state to round before its logits)
+      EXPECT_NE(ref, batch[i]);  // the state's rounding did change the arithmetic
+    }
+  }
+}
+
 TEST_P(EngineTest, LogitsAreFiniteAndSpread) {
   const Model& m = LoadPreset(GetParam());
   const auto tokens = RandomTokens(300, m.config().vocab, 3);

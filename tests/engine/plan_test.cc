@@ -28,6 +28,10 @@ TEST(Plan, KimiLinearMatchesTheReleasedIndex) {
   EXPECT_EQ(p.kda_state_bytes, 20 * (32 * 128 * 128 + 3 * 3 * 4096) * 4);
   EXPECT_EQ(p.kv_bytes_per_token, 7 * 576 * 4);
   EXPECT_EQ(p.attn_res_bytes_per_token, 0);
+  // With the bf16 state (--kda-state-dtype bf16) the recurrent part takes 2 bytes a value.
+  ModelConfig bf16 = Released("kimi-linear-48b-a3b");
+  bf16.kda.state_dtype = KdaStateDtype::kBf16;
+  EXPECT_EQ(PlanModel(bf16).kda_state_bytes, 20 * (32 * 128 * 128 * 2 + 3 * 3 * 4096 * 4));
 }
 
 TEST(Plan, K3MatchesTheReleasedIndex) {

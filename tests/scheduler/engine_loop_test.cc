@@ -9,6 +9,8 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/strip.h"
 #include "gtest/gtest.h"
 #include "tests/engine/test_models.h"
 
@@ -36,11 +38,19 @@ class Collect : public RequestSink {
   std::vector<StreamEvent> events;
 };
 
-const Model& Tiny(const std::string& preset) {
+// A preset, or "<preset>/bf16-state": the preset with a bf16 KDA state (--kda-state-dtype bf16).
+constexpr absl::string_view kBf16State = "/bf16-state";
+bool Bf16State(const std::string& name) { return absl::EndsWith(name, kBf16State); }
+
+const Model& Tiny(const std::string& name) {
   static std::map<std::string, std::unique_ptr<Model>>* models =
       new std::map<std::string, std::unique_ptr<Model>>;
-  auto& m = (*models)[preset];
-  if (!m) m = std::move(*Model::Load(kimi::testing::PresetDir(preset)));
+  auto& m = (*models)[name];
+  if (!m) {
+    const std::string preset(absl::StripSuffix(name, kBf16State));
+    m = std::move(*Model::Load(kimi::testing::PresetDir(preset)));
+    if (Bf16State(name)) m->SetKdaStateDtype(KdaStateDtype::kBf16);
+  }
   return *m;
 }
 
@@ -156,6 +166,12 @@ TEST_P(LoopTest, PrefixCacheEqualsColdRun) {
     RunAll(cached);
     EXPECT_EQ(cached.Stats().prefix_hits, hits_before + 1) << name;
     EXPECT_GT(hot->events.back().cached_tokens, 0) << name;
+    // A bf16 state is rounded at other positions on the two paths (after each decode token,
+    // after each 64-token chunk), so a decode-made snapshot is the cold run's state only to bf16
+    // rounding (2^-9 relative): enough to flip an expert choice, and with it the tokens, in a
+    // random tiny model (as bf16 activations do: tests/engine/engine_test.cc). Its copy is the
+    // prefill snapshot's, checked bit for bit below.
+    if (!bitwise && Bf16State(GetParam())) continue;
     EngineLoop cold_loop(m, {Config(256), {}, {}, {}, {}});
     auto cold = std::make_shared<Collect>();
     ASSERT_TRUE(cold_loop.Submit(Spec(name, tokens, 40, greedy), {}, cold).ok());
@@ -250,7 +266,9 @@ TEST(EngineLoop, QueueTimeEndsAtTheFirstStep) {
   EXPECT_LT(queue, 0.5 * *first) << "queue time includes the prefill";
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, LoopTest, ::testing::Values("kimi-linear-tiny", "k3-tiny"));
+INSTANTIATE_TEST_SUITE_P(Presets, LoopTest,
+                         ::testing::Values("kimi-linear-tiny", "k3-tiny",
+                                           "kimi-linear-tiny/bf16-state", "k3-tiny/bf16-state"));
 
 }  // namespace
 }  // namespace kimi::sched

@@ -101,6 +101,17 @@ TEST(Config, ValidationNamesTheKey) {
   x.activation_dtype = "bf16";
   EXPECT_TRUE(Validate(x).ok());
   x = c;
+  x.kda_state_dtype = "fp16";
+  EXPECT_NE(key_of(x).find("model.kda_state_dtype"), std::string::npos);
+  x.kda_state_dtype = "bf16";
+  EXPECT_TRUE(Validate(x).ok());
+  x.device = "cuda";  // the GPU engine keeps an fp32 state (a build without nvcc: no GPU at all)
+#ifdef KIMI_HAVE_CUDA
+  EXPECT_NE(key_of(x).find("model.kda_state_dtype"), std::string::npos) << key_of(x);
+#else
+  EXPECT_NE(key_of(x).find("model.device"), std::string::npos) << key_of(x);
+#endif
+  x = c;
   x.model_path.clear();
   EXPECT_NE(key_of(x).find("model.path"), std::string::npos);
   // Below 3 s the idle heartbeat (every half second at best) leaves a follower no margin: a 1 s

@@ -31,6 +31,8 @@ ABSL_FLAG(std::string, tiktoken, "",
           "base vocabulary for generated models (default: MODELS_DIR/cl100k_base.tiktoken)");
 ABSL_FLAG(std::string, weight_memory, "",
           "map | map-huge | copy-huge (default: the engine's, see engine/safetensors.h)");
+ABSL_FLAG(std::string, kda_state_dtype, "fp32",
+          "fp32 | bf16: the KDA state pools' recurrent states (the server's --kda-state-dtype)");
 ABSL_FLAG(double, idle_wait, 20.0, "seconds to wait for an idle machine before each round");
 ABSL_FLAG(bool, list, false, "list the figure names and exit");
 ABSL_FLAG(int, profile_steps, 0,
@@ -56,6 +58,13 @@ int main(int argc, char** argv) {
   ctx.models_dir = absl::GetFlag(FLAGS_models_dir);
   ctx.tiktoken = absl::GetFlag(FLAGS_tiktoken);
   ctx.weight_memory = absl::GetFlag(FLAGS_weight_memory);
+  const std::string state_dtype = absl::GetFlag(FLAGS_kda_state_dtype);
+  if (state_dtype != "fp32" && state_dtype != "bf16") {
+    std::fprintf(stderr, "kimi-bench: --kda_state_dtype '%s': expected fp32 or bf16\n",
+                 state_dtype.c_str());
+    return 2;
+  }
+  ctx.kda_state_bf16 = state_dtype == "bf16";
   ctx.repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
   ctx.json = absl::GetFlag(FLAGS_json);
   ctx.idle_wait_s = absl::GetFlag(FLAGS_idle_wait);
