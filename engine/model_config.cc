@@ -356,6 +356,21 @@ int64_t ModelConfig::AttnResBankRows() const {
   return attn_res_block > 0 ? (num_layers + attn_res_block - 1) / attn_res_block : 0;
 }
 
+bool ParseKdaStateDtype(std::string_view name, KdaStateDtype* out) {
+  if (name == "fp32") {
+    *out = KdaStateDtype::kF32;
+  } else if (name == "bf16") {
+    *out = KdaStateDtype::kBf16;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+const char* KdaStateDtypeName(KdaStateDtype dtype) {
+  return dtype == KdaStateDtype::kBf16 ? "bf16" : "fp32";
+}
+
 absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text) {
   json root = json::parse(json_text, /*cb=*/nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return absl::InvalidArgumentError("config.json: not valid JSON");

@@ -21,6 +21,9 @@ enum class Activation { kSiluGlu, kSituGlu };
 // or bf16, a serving opt-in (--kda-state-dtype): half the state's memory and traffic, rounded after
 // every token and every prefill chunk (kernels/cpu/kda.h). Not read from config.json.
 enum class KdaStateDtype { kF32, kBf16 };
+// "fp32" / "bf16" (the flag's values); false for anything else.
+bool ParseKdaStateDtype(std::string_view name, KdaStateDtype* out);
+const char* KdaStateDtypeName(KdaStateDtype dtype);
 
 struct KdaConfig {
   int64_t num_heads = 0;

@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "engine/model_config.h"
 #include "yaml-cpp/yaml.h"
 
 namespace kimi::server {
@@ -306,7 +307,7 @@ absl::Status Validate(const ServerConfig& c) {
     return bad("model.activation_dtype",
                absl::StrCat("\"", c.activation_dtype, "\": expected fp32 or bf16"));
   }
-  if (c.kda_state_dtype != "fp32" && c.kda_state_dtype != "bf16") {
+  if (KdaStateDtype dtype; !ParseKdaStateDtype(c.kda_state_dtype, &dtype)) {
     return bad("model.kda_state_dtype",
                absl::StrCat("\"", c.kda_state_dtype, "\": expected fp32 or bf16"));
   }

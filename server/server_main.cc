@@ -61,7 +61,9 @@ EngineOptions EngineOptionsOf(const ServerConfig& c) {
 }
 
 KdaStateDtype KdaStateDtypeOf(const ServerConfig& c) {
-  return c.kda_state_dtype == "bf16" ? KdaStateDtype::kBf16 : KdaStateDtype::kF32;
+  KdaStateDtype dtype = KdaStateDtype::kF32;
+  ParseKdaStateDtype(c.kda_state_dtype, &dtype);  // validated: fp32 or bf16
+  return dtype;
 }
 
 // Sizes the state pools from the memory budgets (each pool its own capacity).

@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string state_dtype = absl::GetFlag(FLAGS_kda_state_dtype);
-  if (state_dtype != "fp32" && state_dtype != "bf16") {
+  kimi::KdaStateDtype dtype;
+  if (!kimi::ParseKdaStateDtype(state_dtype, &dtype)) {
     std::fprintf(stderr, "kimi-plan: --kda_state_dtype '%s': expected fp32 or bf16\n",
                  state_dtype.c_str());
     return 2;
@@ -69,7 +70,7 @@ int main(int argc, char** argv) {
                  std::string(config.status().message()).c_str());
     return 1;
   }
-  if (state_dtype == "bf16") config->kda.state_dtype = kimi::KdaStateDtype::kBf16;
+  config->kda.state_dtype = dtype;
   const kimi::ModelPlan p = kimi::PlanModel(*config);
   kimi::ParallelLayout layout;
   layout.tp = absl::GetFlag(FLAGS_tp);
@@ -95,6 +96,7 @@ int main(int argc, char** argv) {
     j["weight_bytes"] = p.weight_bytes;
     j["active_weight_bytes"] = p.active_weight_bytes;
     j["kda_state_bytes_per_request"] = p.kda_state_bytes;
+    j["kda_state_dtype"] = kimi::KdaStateDtypeName(dtype);
     j["mla_kv_bytes_per_token"] = p.kv_bytes_per_token;
     j["attn_res_bytes_per_token"] = p.attn_res_bytes_per_token;
     j["context"] = ctx;
@@ -127,8 +129,8 @@ int main(int argc, char** argv) {
               static_cast<long long>(p.parameters), static_cast<long long>(p.active_parameters));
   std::printf("weights           %s (%s read per decode token)\n", Bytes(p.weight_bytes).c_str(),
               Bytes(p.active_weight_bytes).c_str());
-  std::printf("KDA state         %s per request (constant in context)\n",
-              Bytes(p.kda_state_bytes).c_str());
+  std::printf("KDA state         %s per request (constant in context; %s recurrent state)\n",
+              Bytes(p.kda_state_bytes).c_str(), kimi::KdaStateDtypeName(dtype));
   std::printf("MLA KV cache      %s per token\n", Bytes(p.kv_bytes_per_token).c_str());
   std::printf("AttnRes cache     %s per token in flight\n",
               Bytes(p.attn_res_bytes_per_token).c_str());

@@ -129,6 +129,14 @@ TEST_P(LoopTest, BatchInvariance) {
     EXPECT_EQ(sinks[i]->Tokens(), alone[i]) << specs[i].id;
     EXPECT_EQ(sinks[i]->Logprobs(), alone_lp[i]) << specs[i].id;  // bitwise
   }
+  if (Bf16State(GetParam())) {  // the loop's pools did keep a bf16 state: not the fp32 results
+    const std::string fp32(absl::StripSuffix(GetParam(), kBf16State));
+    EngineLoop loop32(Tiny(fp32), {Config(4096), {}, {}, {}, {}});
+    auto sink = std::make_shared<Collect>();
+    ASSERT_TRUE(loop32.Submit(specs[1], {}, sink).ok());
+    RunAll(loop32);
+    EXPECT_NE(sink->Logprobs(), alone_lp[1]);
+  }
 }
 
 // A follow-up turn restores from the prefix cache; its results equal a cold run.

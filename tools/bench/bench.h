@@ -40,7 +40,7 @@ struct Context {
   std::string models_dir;
   std::string tiktoken;
   std::string weight_memory;  // empty: the engine default
-  bool kda_state_bf16 = false;  // --kda_state_dtype bf16: the loaded models keep a bf16 KDA state
+  KdaStateDtype kda_state_dtype = KdaStateDtype::kF32;  // the loaded models' (--kda_state_dtype)
   int repeats = 5;
   bool json = false;
   double idle_wait_s = 20.0;

@@ -59,12 +59,11 @@ int main(int argc, char** argv) {
   ctx.tiktoken = absl::GetFlag(FLAGS_tiktoken);
   ctx.weight_memory = absl::GetFlag(FLAGS_weight_memory);
   const std::string state_dtype = absl::GetFlag(FLAGS_kda_state_dtype);
-  if (state_dtype != "fp32" && state_dtype != "bf16") {
+  if (!kimi::ParseKdaStateDtype(state_dtype, &ctx.kda_state_dtype)) {
     std::fprintf(stderr, "kimi-bench: --kda_state_dtype '%s': expected fp32 or bf16\n",
                  state_dtype.c_str());
     return 2;
   }
-  ctx.kda_state_bf16 = state_dtype == "bf16";
   ctx.repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
   ctx.json = absl::GetFlag(FLAGS_json);
   ctx.idle_wait_s = absl::GetFlag(FLAGS_idle_wait);

@@ -208,8 +208,7 @@ void DecodeB1(const Context& ctx, const std::string& preset, const Model& m) {
     f.detail["weight_memory"] = ctx.weight_memory.empty() ? WeightMemoryName(DefaultWeightMemory())
                                                           : ctx.weight_memory;
     f.detail["isa"] = cpu::IsaName(cpu::MatMulIsa());
-    f.detail["kda_state_dtype"] =
-        m.config().kda.state_dtype == KdaStateDtype::kBf16 ? "bf16" : "fp32";
+    f.detail["kda_state_dtype"] = KdaStateDtypeName(m.config().kda.state_dtype);
     ctx.Emit(f);
   }
 }
@@ -273,8 +272,7 @@ Figure RooflineFigure(const Context& ctx, const Model& m, const StepCost& cost,
   for (double t : step) step_ms.push_back(1e3 * t);
   f.detail["per_round_step_ms"] = step_ms;
   f.detail["other_cpu_median"] = Median(other);
-  f.detail["kda_state_dtype"] =
-      m.config().kda.state_dtype == KdaStateDtype::kBf16 ? "bf16" : "fp32";
+  f.detail["kda_state_dtype"] = KdaStateDtypeName(m.config().kda.state_dtype);
   if (state_bytes > 0) {
     f.detail["kda_state_bytes_moved"] = state_bytes;
     f.detail["roofline_ms_with_state"] = 1e3 * Median(roofs_with_state);

@@ -281,7 +281,7 @@ std::unique_ptr<Model> LoadPreset(const Context& ctx, const std::string& preset)
   ctx.Log(absl::StrFormat(
       "loaded %s (%s) in %.1f s", dir,
       mapped_instead ? "map: the copy did not fit" : WeightMemoryName(opts.memory), Now() - t0));
-  if (ctx.kda_state_bf16) (*m)->SetKdaStateDtype(KdaStateDtype::kBf16);
+  (*m)->SetKdaStateDtype(ctx.kda_state_dtype);
   return std::move(*m);
 }
 

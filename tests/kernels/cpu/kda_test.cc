@@ -174,9 +174,14 @@ TEST(Kda, OneTokenTailIsTheRecurrentStep) {
 
 // --- The state stored as bf16 between calls ---
 
+// The state's rounding as kda.h defines it: nearest even (F32ToBf16), fp32 subnormals to the zero
+// of their sign.
 std::vector<uint16_t> ToBf16(const std::vector<float>& x) {
   std::vector<uint16_t> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = F32ToBf16(x[i]);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const bool subnormal = std::fpclassify(x[i]) == FP_SUBNORMAL;
+    out[i] = F32ToBf16(subnormal ? std::copysign(0.0f, x[i]) : x[i]);
+  }
   return out;
 }
 std::vector<float> Widened(const std::vector<uint16_t>& x) {
