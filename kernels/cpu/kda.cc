@@ -48,56 +48,6 @@ struct TokenRows {
 #pragma GCC diagnostic ignored "-Wpsabi"
 typedef LaneVec<16>::V Vec16;
 
-// RecurrentHead for K = V = 128 (every Kimi checkpoint's head_dim): kv, u and out live in
-// registers across the rows of S, where the general loop loads and stores them once per row (twice
-// the memory operations of the state itself). The same operations on every element, in the same
-// order, so the same bits as the general loop. Both take exp(g) of a token's row in one vectorised
-// pass (ExpNonPositiveArray) before the rows: a libm call per row, between the row's loads and
-// stores, made this loop save and restore its accumulators around every call.
-template <int V>
-KIMI_INLINE void RecurrentHeadFixed(float* o, const float* q, const float* k, const float* v,
-                                    const float* g, const float* beta, float* S, const KdaDims& d,
-                                    int64_t h, float scale) {
-  constexpr int kN = V / 16;
-  constexpr int64_t K = V;
-  const int64_t H = d.H;
-  float decay[K];
-  for (int64_t t = 0; t < d.T; ++t) {
-    const TokenRows in(q, k, v, g, beta, t, h, H, K, V);
-    const float *qt = in.q, *kt = in.k, *vt = in.v;
-    ExpNonPositiveArray(decay, in.g, K);
-    const float bt = in.beta;
-    Vec16 kv[kN] = {};
-    for (int64_t i = 0; i < K; ++i) {
-      float* row = S + i * V;
-      const float ki = kt[i];
-#pragma GCC unroll 8
-      for (int c = 0; c < kN; ++c) {
-        const Vec16 r = Load<16>(row + 16 * c) * decay[i];
-        Store<16>(row + 16 * c, r);
-        kv[c] += r * ki;
-      }
-    }
-    Vec16 u[kN], out[kN] = {};
-#pragma GCC unroll 8
-    for (int c = 0; c < kN; ++c) u[c] = bt * (Load<16>(vt + 16 * c) - kv[c]);
-    for (int64_t i = 0; i < K; ++i) {
-      float* row = S + i * V;
-      const float ki = kt[i];
-      const float qi = qt[i] * scale;
-#pragma GCC unroll 8
-      for (int c = 0; c < kN; ++c) {
-        const Vec16 r = Load<16>(row + 16 * c) + ki * u[c];
-        Store<16>(row + 16 * c, r);
-        out[c] += r * qi;
-      }
-    }
-    float* ot = o + (t * H + h) * V;
-#pragma GCC unroll 8
-    for (int c = 0; c < kN; ++c) Store<16>(ot + 16 * c, out[c]);
-  }
-}
-
 // What a state entry becomes when stored as bf16: the nearest even, a NaN kept a quiet NaN, and an
 // fp32 subnormal flushed to the zero of its sign, as AVX-512 BF16's conversion (VCVTNEPS2BF16)
 // does, so that every path rounds alike (entries under 1.2e-38 carry nothing a token would see).
@@ -135,15 +85,35 @@ struct GenericBf16 {
   }
 };
 
-// RecurrentHeadFixed over a bf16 state: each row is read twice from the bf16 bytes (the first pass
-// keeps only kv; the second decays the row again, the same product, and stores it rounded), so the
-// head's state moves once each way at half fp32's bytes. The same operations as the fp32 form on
-// the widened state, then rounded: the second pass's update is written first so that it, not the
-// decayed row, is the product fused into the add, as in the fp32 form's `row + ki * u`.
-template <class Bf16, int V>
-KIMI_INLINE void RecurrentHeadFixedBf16(float* o, const float* q, const float* k, const float* v,
-                                        const float* g, const float* beta, uint16_t* S,
-                                        const KdaDims& d, int64_t h, float scale) {
+// 16 fp32 state entries as they are: the fp32 state's load and store for RecurrentHeadFixed.
+struct F32State {
+  static KIMI_INLINE Vec16 Load(const float* p) {
+    Vec16 v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  static KIMI_INLINE void Store(float* p, Vec16 v) { std::memcpy(p, &v, sizeof v); }
+};
+
+// RecurrentHead for K = V = 128 (every Kimi checkpoint's head_dim), over a state of entries T that
+// State loads as fp32 and stores (F32State; GenericBf16 or NativeBf16 for a bf16 state, rounding as
+// it stores). kv, u and out live in registers across the rows of S, where the general loop loads
+// and stores them once per row (twice the memory operations of the state itself). Each row is
+// read in both passes and written once: the first pass keeps only kv, the second decays the row
+// again (the same product) and adds the update, which is written first so that it, not the decayed
+// row, is the product fused into the add (FMA contraction is on here), as in the general loop's
+// `row[j] += ki * u[j]` on the stored decayed row. So the same operations on every element, in the
+// same order, as the general loop (the same bits; for a bf16 state, those of the fp32 step on the
+// widened state, then rounded). exp(g) of a token's row is taken in one vectorised pass
+// (ExpNonPositiveArray) before the rows: a libm call per row, between the row's loads and stores,
+// made this loop save and restore its accumulators around every call. (The fp32 form stored the
+// decayed row in its first pass too until the bf16 state came; without that store a probe of 32
+// sequences' fp32 recurrence took 10.8-12.1 ms a step against 11.0-11.8, the same bits:
+// benchmarks/README.md, seventh AMX session.)
+template <class State, int V, class T>
+KIMI_INLINE void RecurrentHeadFixed(float* o, const float* q, const float* k, const float* v,
+                                    const float* g, const float* beta, T* S, const KdaDims& d,
+                                    int64_t h, float scale) {
   constexpr int kN = V / 16;
   constexpr int64_t K = V;
   const int64_t H = d.H;
@@ -155,11 +125,11 @@ KIMI_INLINE void RecurrentHeadFixedBf16(float* o, const float* q, const float* k
     const float bt = in.beta;
     Vec16 kv[kN] = {};
     for (int64_t i = 0; i < K; ++i) {
-      const uint16_t* row = S + i * V;
+      const T* row = S + i * V;
       const float ki = kt[i];
 #pragma GCC unroll 8
       for (int c = 0; c < kN; ++c) {
-        const Vec16 r = Bf16::Load(row + 16 * c) * decay[i];
+        const Vec16 r = State::Load(row + 16 * c) * decay[i];
         kv[c] += r * ki;
       }
     }
@@ -167,14 +137,14 @@ KIMI_INLINE void RecurrentHeadFixedBf16(float* o, const float* q, const float* k
 #pragma GCC unroll 8
     for (int c = 0; c < kN; ++c) u[c] = bt * (Load<16>(vt + 16 * c) - kv[c]);
     for (int64_t i = 0; i < K; ++i) {
-      uint16_t* row = S + i * V;
+      T* row = S + i * V;
       const float ki = kt[i];
       const float qi = qt[i] * scale;
 #pragma GCC unroll 8
       for (int c = 0; c < kN; ++c) {
         const Vec16 update = ki * u[c];
-        const Vec16 r = Bf16::Load(row + 16 * c) * decay[i] + update;
-        Bf16::Store(row + 16 * c, r);
+        const Vec16 r = State::Load(row + 16 * c) * decay[i] + update;
+        State::Store(row + 16 * c, r);
         out[c] += r * qi;
       }
     }
@@ -186,7 +156,9 @@ KIMI_INLINE void RecurrentHeadFixedBf16(float* o, const float* q, const float* k
 
 KIMI_CLONES void RecurrentHead(float* o, const float* q, const float* k, const float* v, const float* g,
                    const float* beta, float* S, const KdaDims& d, int64_t h, float scale) {
-  if (d.K == 128 && d.V == 128) return RecurrentHeadFixed<128>(o, q, k, v, g, beta, S, d, h, scale);
+  if (d.K == 128 && d.V == 128) {
+    return RecurrentHeadFixed<F32State, 128>(o, q, k, v, g, beta, S, d, h, scale);
+  }
   const int64_t K = d.K, V = d.V, H = d.H;
   std::vector<float> kv(V), u(V), out(V), decay(K);
   for (int64_t t = 0; t < d.T; ++t) {
@@ -232,14 +204,14 @@ void NarrowToBf16(uint16_t* out, const float* in, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = StateToBf16(in[i]);
 }
 
-// RecurrentHead over a bf16 state: K = V = 128 in registers (RecurrentHeadFixedBf16); any other
+// RecurrentHead over a bf16 state: K = V = 128 in registers (RecurrentHeadFixed); any other
 // width token by token on the widened state, rounded after each, which is the definition (the
 // tests hold the fixed form to its bits).
 KIMI_CLONES void RecurrentHeadBf16(float* o, const float* q, const float* k, const float* v,
                                    const float* g, const float* beta, uint16_t* S, const KdaDims& d,
                                    int64_t h, float scale) {
   if (d.K == 128 && d.V == 128) {
-    return RecurrentHeadFixedBf16<GenericBf16, 128>(o, q, k, v, g, beta, S, d, h, scale);
+    return RecurrentHeadFixed<GenericBf16, 128>(o, q, k, v, g, beta, S, d, h, scale);
   }
   const int64_t n = d.K * d.V, H = d.H;
   std::vector<float> wide(n);
@@ -269,7 +241,7 @@ struct NativeBf16 {
 KIMI_BF16_TARGET __attribute__((flatten)) void RecurrentHeadBf16Native(
     float* o, const float* q, const float* k, const float* v, const float* g, const float* beta,
     uint16_t* S, const KdaDims& d, int64_t h, float scale) {
-  RecurrentHeadFixedBf16<NativeBf16, 128>(o, q, k, v, g, beta, S, d, h, scale);
+  RecurrentHeadFixed<NativeBf16, 128>(o, q, k, v, g, beta, S, d, h, scale);
 }
 #undef KIMI_BF16_TARGET
 
