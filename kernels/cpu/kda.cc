@@ -100,20 +100,27 @@ struct F32State {
 // it stores). kv, u and out live in registers across the rows of S, where the general loop loads
 // and stores them once per row (twice the memory operations of the state itself). Each row is
 // read in both passes and written once: the first pass keeps only kv, the second decays the row
-// again (the same product) and adds the update, which is written first so that it, not the decayed
-// row, is the product fused into the add (FMA contraction is on here), as in the general loop's
-// `row[j] += ki * u[j]` on the stored decayed row. So the same operations on every element, in the
-// same order, as the general loop (the same bits; for a bf16 state, those of the fp32 step on the
-// widened state, then rounded). exp(g) of a token's row is taken in one vectorised pass
-// (ExpNonPositiveArray) before the rows: a libm call per row, between the row's loads and stores,
-// made this loop save and restore its accumulators around every call. (The fp32 form stored the
-// decayed row in its first pass too until the bf16 state came; without that store a probe of 32
-// sequences' fp32 recurrence took 10.8-12.1 ms a step against 11.0-11.8, the same bits:
-// benchmarks/README.md, seventh AMX session.)
+// again (the same product) and adds the update, which is written first so that GCC, which forms
+// FMAs from the first product in statement order whose one use is an add, fuses it and not the
+// decayed row, as in the general loop's `row[j] += ki * u[j]` on the stored decayed row. So the
+// same operations on every element, in the same order, as the general loop (the same bits; for a
+// bf16 state, those of the fp32 step on the widened state, then rounded). exp(g) of a token's row
+// is taken in one vectorised pass (ExpNonPositiveArray) before the rows: a libm call per row,
+// between the row's loads and stores, made this loop save and restore its accumulators around
+// every call. (The fp32 form stored the decayed row in its first pass too until `5a23b21`;
+// without that store batch-32 steps took 2-3% less, the same bits: benchmarks/README.md, seventh
+// AMX session.)
+//
+// With `next` (the next head's state, from KdaRecurrent over a bf16 state), the second pass also
+// prefetches it into L2, a row's lines a row, while this head's rows come from L1: alternated,
+// three runs each, a bf16 state's batch-32 / 64 kimi-linear-small steps took 80.0 / 79.6 / 78.4 and
+// 113.6 / 113.3 / 114.2 ms against 80.2 / 83.2 / 82.0 and 117.6 / 119.6 / 121.4 without, k3-mini
+// -2% and level. Not for the fp32 state (a 64 KiB head, no longer read from L1 in the second pass):
+// batch-32 steps 84.3-87.0 against 85.4-85.6 ms (earlier on the Zen 5 host, 2-3% slower too).
 template <class State, int V, class T>
 KIMI_INLINE void RecurrentHeadFixed(float* o, const float* q, const float* k, const float* v,
                                     const float* g, const float* beta, T* S, const KdaDims& d,
-                                    int64_t h, float scale) {
+                                    int64_t h, float scale, const T* next = nullptr) {
   constexpr int kN = V / 16;
   constexpr int64_t K = V;
   const int64_t H = d.H;
@@ -140,6 +147,12 @@ KIMI_INLINE void RecurrentHeadFixed(float* o, const float* q, const float* k, co
       T* row = S + i * V;
       const float ki = kt[i];
       const float qi = qt[i] * scale;
+      if (next) {
+        const char* ahead = reinterpret_cast<const char*>(next + i * V);
+        for (int line = 0; line < V * static_cast<int>(sizeof(T)); line += 64) {
+          __builtin_prefetch(ahead + line, 0, 2);  // into L2 (prefetcht1)
+        }
+      }
 #pragma GCC unroll 8
       for (int c = 0; c < kN; ++c) {
         const Vec16 update = ki * u[c];
@@ -209,9 +222,9 @@ void NarrowToBf16(uint16_t* out, const float* in, int64_t n) {
 // tests hold the fixed form to its bits).
 KIMI_CLONES void RecurrentHeadBf16(float* o, const float* q, const float* k, const float* v,
                                    const float* g, const float* beta, uint16_t* S, const KdaDims& d,
-                                   int64_t h, float scale) {
+                                   int64_t h, float scale, const uint16_t* next) {
   if (d.K == 128 && d.V == 128) {
-    return RecurrentHeadFixed<GenericBf16, 128>(o, q, k, v, g, beta, S, d, h, scale);
+    return RecurrentHeadFixed<GenericBf16, 128>(o, q, k, v, g, beta, S, d, h, scale, next);
   }
   const int64_t n = d.K * d.V, H = d.H;
   std::vector<float> wide(n);
@@ -240,13 +253,14 @@ struct NativeBf16 {
 // (flatten: Load and Store, built for this target, can only be inlined once the template is.)
 KIMI_BF16_TARGET __attribute__((flatten)) void RecurrentHeadBf16Native(
     float* o, const float* q, const float* k, const float* v, const float* g, const float* beta,
-    uint16_t* S, const KdaDims& d, int64_t h, float scale) {
-  RecurrentHeadFixed<NativeBf16, 128>(o, q, k, v, g, beta, S, d, h, scale);
+    uint16_t* S, const KdaDims& d, int64_t h, float scale, const uint16_t* next) {
+  RecurrentHeadFixed<NativeBf16, 128>(o, q, k, v, g, beta, S, d, h, scale, next);
 }
 #undef KIMI_BF16_TARGET
 
 typedef void (*RecurrentHeadBf16Fn)(float*, const float*, const float*, const float*, const float*,
-                                    const float*, uint16_t*, const KdaDims&, int64_t, float);
+                                    const float*, uint16_t*, const KdaDims&, int64_t, float,
+                                    const uint16_t*);
 // The native form for K = V = 128 where the kernels run AVX-512 (MatMulIsa, so KIMI_ISA=avx2 takes
 // the vector form) and the machine has AVX-512 BF16; the same bits either way.
 RecurrentHeadBf16Fn RecurrentHeadBf16For(const KdaDims& d) {
@@ -674,7 +688,8 @@ void KdaRecurrent(float* o, const float* q, const float* k, const float* v, cons
   const RecurrentHeadBf16Fn head = RecurrentHeadBf16For(d);
   ParallelFor(d.H, 1, [&](int64_t begin, int64_t end) {
     for (int64_t h = begin; h < end; ++h) {
-      head(o, q, k, v, g, beta, state + h * d.K * d.V, d, h, scale);
+      const uint16_t* next = h + 1 < end ? state + (h + 1) * d.K * d.V : nullptr;
+      head(o, q, k, v, g, beta, state + h * d.K * d.V, d, h, scale, next);
     }
   });
 }

@@ -35,10 +35,11 @@ void KdaChunk(float* o, const float* q, const float* k, const float* v, const fl
 
 // The same two forms with the state stored as bf16 between calls (an opt-in of the state pool:
 // half the memory and the traffic of fp32). Each head's state is widened to fp32 exactly, stepped
-// as above, and rounded to bf16 (nearest even) after every token of KdaRecurrent and after every
-// chunk of KdaChunk; a token's output takes the unrounded state. Rounding on the chunk grid keeps
-// both contracts above: splits at multiples of `chunk` and a one-token tail give the whole run's
-// bits.
+// as above, and rounded to bf16 after every token of KdaRecurrent and after every chunk of KdaChunk
+// (nearest even; an fp32 subnormal becomes the zero of its sign and a NaN a quiet NaN, as AVX-512
+// BF16's VCVTNEPS2BF16 gives); a token's output takes the unrounded state. Rounding on the grid
+// keeps both contracts above: splits at multiples of `chunk` and a one-token tail give the whole
+// run's bits.
 void KdaRecurrent(float* o, const float* q, const float* k, const float* v, const float* g,
                   const float* beta, uint16_t* state, const KdaDims& d, float scale);
 void KdaChunk(float* o, const float* q, const float* k, const float* v, const float* g,

@@ -177,8 +177,9 @@ TEST_P(LoopTest, PrefixCacheEqualsColdRun) {
     // A bf16 state is rounded at other positions on the two paths (after each decode token,
     // after each 64-token chunk), so a decode-made snapshot is the cold run's state only to bf16
     // rounding (2^-9 relative): enough to flip an expert choice, and with it the tokens, in a
-    // random tiny model (as bf16 activations do: tests/engine/engine_test.cc). Its copy is the
-    // prefill snapshot's, checked bit for bit below.
+    // random tiny model (as bf16 activations do: tests/engine/engine_test.cc). Snapshots are
+    // taken and restored by the same copies whichever path made them: the prefill snapshot's
+    // case below checks them bit for bit.
     if (!bitwise && Bf16State(GetParam())) continue;
     EngineLoop cold_loop(m, {Config(256), {}, {}, {}, {}});
     auto cold = std::make_shared<Collect>();

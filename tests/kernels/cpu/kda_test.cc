@@ -277,14 +277,14 @@ TEST(KdaBf16State, GridSplitsAndOneTokenTailsAreBitExact) {
 
 // Against the double definition (the fp32 state's test above allows 2e-4 + 1e-4 relative). bf16
 // keeps 8 significant bits: each rounding moves a state entry by at most 2^-9 of itself, and the
-// decay and the delta rule's (I - beta k k^T) carry the error forward without growing it, so after
-// n roundings an entry is off by about sqrt(n) 2^-9 |S| when the roundings' signs are random
-// (2.4e-2 |S| at n = 150; n 2^-9 |S| if they all agreed). KdaRecurrent rounds after every token,
-// KdaChunk after every chunk. States here are O(1) (a start in [-0.5, 0.5], unit-norm keys): 3e-2
-// absolute
-// + 3e-2 relative for the state, 1e-2 + 1e-2 for the outputs, which average the state's errors over
-// a row of q. Observed worst ratios over these shapes: 0.22 (state, slow decay, token by token),
-// 0.05 (outputs); a state not written back or a wrong row is off by O(0.1-1).
+// decay and the delta rule's (I - beta k k^T) carry the error forward without growing it, so
+// after n roundings an entry is off by about sqrt(n) 2^-9 |S| when the roundings' signs are
+// random (2.4e-2 |S| at n = 150; n 2^-9 |S| if they all agreed). KdaRecurrent rounds after every
+// token, KdaChunk after every chunk. States here are O(1) (a start in [-0.5, 0.5], unit-norm
+// keys): 3e-2 absolute + 3e-2 relative for the state, 1e-2 + 1e-2 for the outputs, which average
+// the state's errors over a row of q. Observed worst ratios over these shapes: 0.22 (state, slow
+// decay, token by token), 0.05 (outputs); a state not written back or a wrong row is off by
+// O(0.1-1).
 TEST(KdaBf16State, StaysCloseToTheDefinition) {
   for (const Case c :
        {Case{64, 2, 128, 128, 0.05f}, Case{150, 2, 128, 128, 0.5f}, Case{100, 2, 24, 40, 0.2f}}) {
