@@ -104,6 +104,44 @@ double MaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
   return d;
 }
 
+// Four requests of lengths 5, 70, 1 and 33, each a prefill of all but its last 3 tokens, then 3
+// decodes (the one-token prompt just decodes).
+struct MixedRequests {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::vector<int64_t>> splits;
+  MixedRequests(int64_t vocab, uint32_t seed) {
+    const int64_t lengths[] = {5, 70, 1, 33};
+    for (int i = 0; i < 4; ++i) {
+      tokens.push_back(RandomTokens(lengths[i], vocab, seed + i));
+      if (lengths[i] > 3) {
+        splits.push_back({lengths[i] - 3, 1, 1, 1});
+      } else {
+        splits.push_back(std::vector<int64_t>(lengths[i], 1));
+      }
+    }
+  }
+};
+
+// The median of |a - b| over the elements.
+double MedianDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  std::vector<double> diffs;
+  for (size_t j = 0; j < a.size() && j < b.size(); ++j) diffs.push_back(std::fabs(a[j] - b[j]));
+  std::nth_element(diffs.begin(), diffs.begin() + diffs.size() / 2, diffs.end());
+  return diffs[diffs.size() / 2];
+}
+
+// A 129-token prompt split on the 64-token grid, or before its last token (its last chunk, whole or
+// alone, is the recurrent step, as when a prompt of 64k + 1 tokens fills a step's budget): the
+// whole run's logits, bit for bit.
+void ExpectGridAndTailSplitsBitExact(const Model& m) {
+  const auto tail = RandomTokens(129, m.config().vocab, 4);
+  Runner t(m, 1, 129);
+  const auto whole = t.Run({tail}, {{129}})[0];
+  EXPECT_EQ(t.Run({tail}, {{128, 1}})[0], whole);
+  EXPECT_EQ(t.Run({tail}, {{64, 65}})[0], whole);
+  EXPECT_EQ(t.Run({tail}, {{64, 64, 1}})[0], whole);
+}
+
 class EngineTest : public ::testing::TestWithParam<std::string> {};
 
 // fp32 activations: chunked and token-by-token KDA and a different MLA query grouping round
@@ -123,15 +161,8 @@ TEST_P(EngineTest, PrefillSplitsAndDecodeAgree) {
   EXPECT_LE(MaxDiff(r.Run({tokens}, {ones})[0], whole), kSplitTolerance);
   // Splits on the 64-token grid repeat the same arithmetic: bit-identical.
   EXPECT_EQ(r.Run({tokens}, {{64, 64, 22}})[0], whole);
-  // So does a split that leaves one token past the grid alone, as the scheduler's does when a
-  // prompt of 64k + 1 tokens fills a step's budget (its last chunk, whole or alone, is the
-  // recurrent step).
-  const auto tail = RandomTokens(129, m.config().vocab, 4);
-  Runner t(m, 1, 129);
-  const auto tail_whole = t.Run({tail}, {{129}})[0];
-  EXPECT_EQ(t.Run({tail}, {{128, 1}})[0], tail_whole);
-  EXPECT_EQ(t.Run({tail}, {{64, 65}})[0], tail_whole);
-  EXPECT_EQ(t.Run({tail}, {{64, 64, 1}})[0], tail_whole);
+  // So does a split that leaves one token past the grid alone.
+  ExpectGridAndTailSplitsBitExact(m);
 }
 
 // N tokens of prefill then decode equals N+1 tokens of prefill.
@@ -147,15 +178,7 @@ TEST_P(EngineTest, PrefillThenDecodeEqualsLongerPrefill) {
 // A batch of different-length requests gives each exactly what it gets alone.
 TEST_P(EngineTest, BatchEqualsAloneBitwise) {
   const Model& m = LoadPreset(GetParam());
-  std::vector<std::vector<int32_t>> tokens;
-  std::vector<std::vector<int64_t>> splits;
-  const int64_t lengths[] = {5, 70, 1, 33};
-  for (int i = 0; i < 4; ++i) {
-    tokens.push_back(RandomTokens(lengths[i], m.config().vocab, 10 + i));
-    // Prefill of all but the last 3 tokens, then decode them (one-token prompts just decode).
-    if (lengths[i] > 3) splits.push_back({lengths[i] - 3, 1, 1, 1});
-    else splits.push_back(std::vector<int64_t>(lengths[i], 1));
-  }
+  const auto [tokens, splits] = MixedRequests(m.config().vocab, 10);
   Runner together(m, 4, 80);
   const auto batch = together.Run(tokens, splits);
   for (int i = 0; i < 4; ++i) {
@@ -213,14 +236,7 @@ TEST_P(EngineTest, Bf16ActivationsAreBatchInvariantAndClose) {
   if (!cpu::HasBf16DotProduct()) GTEST_SKIP() << "no bf16 dot product on this machine";
   const Model& m = LoadPreset(GetParam());
   const EngineOptions bf16{cpu::ActivationDtype::kBf16};
-  std::vector<std::vector<int32_t>> tokens;
-  std::vector<std::vector<int64_t>> splits;
-  const int64_t lengths[] = {5, 70, 1, 33};
-  for (int i = 0; i < 4; ++i) {
-    tokens.push_back(RandomTokens(lengths[i], m.config().vocab, 20 + i));
-    if (lengths[i] > 3) splits.push_back({lengths[i] - 3, 1, 1, 1});
-    else splits.push_back(std::vector<int64_t>(lengths[i], 1));
-  }
+  const auto [tokens, splits] = MixedRequests(m.config().vocab, 20);
   Runner together(m, 4, 80, bf16);
   const auto batch = together.Run(tokens, splits);
   for (int i = 0; i < 4; ++i) {
@@ -228,10 +244,7 @@ TEST_P(EngineTest, Bf16ActivationsAreBatchInvariantAndClose) {
     EXPECT_EQ(alone.Run({tokens[i]}, {splits[i]})[0], batch[i]) << "sequence " << i;
     Runner f32(m, 1, 80);
     const auto ref = f32.Run({tokens[i]}, {splits[i]})[0];
-    std::vector<double> diffs;
-    for (size_t j = 0; j < ref.size(); ++j) diffs.push_back(std::fabs(ref[j] - batch[i][j]));
-    std::nth_element(diffs.begin(), diffs.begin() + diffs.size() / 2, diffs.end());
-    EXPECT_LT(diffs[diffs.size() / 2], 0.05) << "sequence " << i;
+    EXPECT_LT(MedianDiff(ref, batch[i]), 0.05) << "sequence " << i;
     EXPECT_NE(ref, batch[i]);  // the opt-in did change the arithmetic
   }
 }
@@ -253,23 +266,9 @@ TEST_P(EngineTest, Bf16KdaStateIsSplitAndBatchInvariantAndClose) {
   EXPECT_EQ(KdaStatePool::SlotBytes(f32.config()) - KdaStatePool::SlotBytes(m.config()),
             layers * kda.num_heads * kda.head_dim * kda.head_dim * 2);
 
-  const auto tail = RandomTokens(129, m.config().vocab, 4);
-  Runner t(m, 1, 129);
-  const auto whole = t.Run({tail}, {{129}})[0];
-  EXPECT_EQ(t.Run({tail}, {{64, 65}})[0], whole);
-  EXPECT_EQ(t.Run({tail}, {{128, 1}})[0], whole);
-  EXPECT_EQ(t.Run({tail}, {{64, 64, 1}})[0], whole);
+  ExpectGridAndTailSplitsBitExact(m);
 
-  std::vector<std::vector<int32_t>> tokens;
-  std::vector<std::vector<int64_t>> splits;
-  const int64_t lengths[] = {5, 70, 1, 33};
-  for (int i = 0; i < 4; ++i) {
-    tokens.push_back(RandomTokens(lengths[i], m.config().vocab, 30 + i));
-    if (lengths[i] > 3)
-      splits.push_back({lengths[i] - 3, 1, 1, 1});
-    else
-      splits.push_back(std::vector<int64_t>(lengths[i], 1));
-  }
+  const auto [tokens, splits] = MixedRequests(m.config().vocab, 30);
   Runner together(m, 4, 80);
   const auto batch = together.Run(tokens, splits);
   for (int i = 0; i < 4; ++i) {
@@ -277,10 +276,7 @@ TEST_P(EngineTest, Bf16KdaStateIsSplitAndBatchInvariantAndClose) {
     EXPECT_EQ(alone.Run({tokens[i]}, {splits[i]})[0], batch[i]) << "sequence " << i;
     Runner reference(f32, 1, 80);
     const auto ref = reference.Run({tokens[i]}, {splits[i]})[0];
-    std::vector<double> diffs;
-    for (size_t j = 0; j < ref.size(); ++j) diffs.push_back(std::fabs(ref[j] - batch[i][j]));
-    std::nth_element(diffs.begin(), diffs.begin() + diffs.size() / 2, diffs.end());
-    EXPECT_LT(diffs[diffs.size() / 2], 0.05) << "sequence " << i;
+    EXPECT_LT(MedianDiff(ref, batch[i]), 0.05) << "sequence " << i;
     if (i != 2) {                // (a one-token prompt has no state to round before its logits)
       EXPECT_NE(ref, batch[i]);  // the state's rounding did change the arithmetic
     }
