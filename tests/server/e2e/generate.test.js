@@ -202,6 +202,28 @@ function readLogits(file) {
                       'the escaped client id in the request log');
       assert.ok(!/^2026-01-01T00:00:00.000 warn FORGED/m.test(server.log), server.log);
     }],
+    ['--kda-state-dtype bf16 serves with smaller KDA state slots, seeds reproducing', async () => {
+      const slotBytes = (log) => Number(log.match(/KDA state slots \((\d+) B each, (\w+) state\)/)[1]);
+      assert.match(server.log, /KDA state slots \(\d+ B each, fp32 state\)/);
+      const bf16 = await h.startServer(['--kda-state-dtype', 'bf16']);
+      try {
+        assert.match(bf16.log, /KDA state slots \(\d+ B each, bf16 state\)/);
+        // Half the recurrent state; the conv history, a large part of k3-tiny's, stays fp32.
+        assert.ok(slotBytes(bf16.log) < slotBytes(server.log) &&
+                  slotBytes(bf16.log) > slotBytes(server.log) / 2,
+                  `${slotBytes(bf16.log)} against ${slotBytes(server.log)}`);
+        const bc = h.client(bf16);
+        const req = { text: 'Once upon a time', max_tokens: 16, ignore_eos: true,
+                      sampling: { temperature: 1.0, seed: 7 } };
+        const a = await h.generate(bc, req);
+        const b = await h.generate(bc, req);
+        assert.strictEqual(a.status.code, 0, a.status.details);
+        assert.strictEqual(a.tokens.length, 16);
+        assert.deepStrictEqual(a.tokens, b.tokens);
+      } finally {
+        await bf16.stop();
+      }
+    }],
     ['a second server on the port in use fails to start', async () => {
       // Without SO_REUSEPORT off, gRPC let it bind and split the port's connections between two.
       const second = h.startServer(['--listen', server.address()], { waitServing: false });
