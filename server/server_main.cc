@@ -512,9 +512,9 @@ int Run(int argc, char** argv) {
     spdlog::info(
         "pools: {} KDA state slots ({} B each, {} state), {} KV pages of {} tokens, "
         "AttnRes cache {} B for {} tokens/step; concurrency {} (minimum over pools)",
-        st.slots_total, KdaStatePool::SlotBytes(b.model->config()), c.kda_state_dtype,
-        st.pages_total, c.page_size, st.attn_res_bytes_total, c.token_budget,
-        b.loop->Concurrency());
+        st.slots_total, KdaStatePool::SlotBytes(b.model->config()),
+        KdaStateDtypeName(b.model->config().kda.state_dtype), st.pages_total, c.page_size,
+        st.attn_res_bytes_total, c.token_budget, b.loop->Concurrency());
     // Sizes that silently gave something else than asked (a k3-mini snapshot is 4.8 MiB: a
     // prefix cache of 4 MiB kept nothing, a state pool of 1 MiB held one slot anyway).
     const int64_t slot_bytes = KdaStatePool::SlotBytes(b.model->config());

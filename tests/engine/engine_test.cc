@@ -142,6 +142,22 @@ void ExpectGridAndTailSplitsBitExact(const Model& m) {
   EXPECT_EQ(t.Run({tail}, {{64, 64, 1}})[0], whole);
 }
 
+// Runs the sequences together and each alone (room for max_tokens positions each): every
+// sequence's logits equal, bit for bit. Returns the batch's.
+std::vector<std::vector<float>> ExpectBatchEqualsAlone(
+    const Model& m, const std::vector<std::vector<int32_t>>& tokens,
+    const std::vector<std::vector<int64_t>>& splits, int64_t max_tokens,
+    EngineOptions options = {}) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  Runner together(m, n, max_tokens, options);
+  const auto batch = together.Run(tokens, splits);
+  for (int64_t i = 0; i < n; ++i) {
+    Runner alone(m, 1, max_tokens, options);
+    EXPECT_EQ(alone.Run({tokens[i]}, {splits[i]})[0], batch[i]) << "sequence " << i;
+  }
+  return batch;
+}
+
 class EngineTest : public ::testing::TestWithParam<std::string> {};
 
 // fp32 activations: chunked and token-by-token KDA and a different MLA query grouping round
@@ -179,12 +195,7 @@ TEST_P(EngineTest, PrefillThenDecodeEqualsLongerPrefill) {
 TEST_P(EngineTest, BatchEqualsAloneBitwise) {
   const Model& m = LoadPreset(GetParam());
   const auto [tokens, splits] = MixedRequests(m.config().vocab, 10);
-  Runner together(m, 4, 80);
-  const auto batch = together.Run(tokens, splits);
-  for (int i = 0; i < 4; ++i) {
-    Runner alone(m, 1, 80);
-    EXPECT_EQ(alone.Run({tokens[i]}, {splits[i]})[0], batch[i]) << "sequence " << i;
-  }
+  ExpectBatchEqualsAlone(m, tokens, splits, 80);
 }
 
 // A rank's matrices copied out of a mapped checkpoint and packed (Model::Options::copy_shard, as
@@ -221,12 +232,7 @@ TEST_P(EngineTest, ManyDecodingSequencesEqualAloneBitwise) {
     tokens.push_back(RandomTokens(prompt + 3, m.config().vocab, 40 + i));
     splits.push_back({prompt, 1, 1, 1});
   }
-  Runner together(m, kSeqs, 16);
-  const auto batch = together.Run(tokens, splits);
-  for (int i = 0; i < kSeqs; ++i) {
-    Runner alone(m, 1, 16);
-    EXPECT_EQ(alone.Run({tokens[i]}, {splits[i]})[0], batch[i]) << "sequence " << i;
-  }
+  ExpectBatchEqualsAlone(m, tokens, splits, 16);
 }
 
 // bf16 activations (the opt-in): still bitwise batch-invariant, and close to the fp32 logits.
@@ -237,11 +243,8 @@ TEST_P(EngineTest, Bf16ActivationsAreBatchInvariantAndClose) {
   const Model& m = LoadPreset(GetParam());
   const EngineOptions bf16{cpu::ActivationDtype::kBf16};
   const auto [tokens, splits] = MixedRequests(m.config().vocab, 20);
-  Runner together(m, 4, 80, bf16);
-  const auto batch = together.Run(tokens, splits);
+  const auto batch = ExpectBatchEqualsAlone(m, tokens, splits, 80, bf16);
   for (int i = 0; i < 4; ++i) {
-    Runner alone(m, 1, 80, bf16);
-    EXPECT_EQ(alone.Run({tokens[i]}, {splits[i]})[0], batch[i]) << "sequence " << i;
     Runner f32(m, 1, 80);
     const auto ref = f32.Run({tokens[i]}, {splits[i]})[0];
     EXPECT_LT(MedianDiff(ref, batch[i]), 0.05) << "sequence " << i;
@@ -269,11 +272,8 @@ TEST_P(EngineTest, Bf16KdaStateIsSplitAndBatchInvariantAndClose) {
   ExpectGridAndTailSplitsBitExact(m);
 
   const auto [tokens, splits] = MixedRequests(m.config().vocab, 30);
-  Runner together(m, 4, 80);
-  const auto batch = together.Run(tokens, splits);
+  const auto batch = ExpectBatchEqualsAlone(m, tokens, splits, 80);
   for (int i = 0; i < 4; ++i) {
-    Runner alone(m, 1, 80);
-    EXPECT_EQ(alone.Run({tokens[i]}, {splits[i]})[0], batch[i]) << "sequence " << i;
     Runner reference(f32, 1, 80);
     const auto ref = reference.Run({tokens[i]}, {splits[i]})[0];
     EXPECT_LT(MedianDiff(ref, batch[i]), 0.05) << "sequence " << i;
