@@ -233,7 +233,7 @@ KIMI_CLONES void RecurrentHeadBf16(float* o, const float* q, const float* k, con
   for (int64_t t = 0; t < d.T; ++t) {
     RecurrentHead(o + t * H * d.V, q + t * H * d.K, k + t * H * d.K, v + t * H * d.V,
                   g + t * H * d.K, beta + t * H, wide.data(), one, h, scale);
-    RoundToBf16(wide.data(), n);
+    if (t + 1 < d.T) RoundToBf16(wide.data(), n);  // the last token's rounding is the narrowing
   }
   NarrowToBf16(S, wide.data(), n);
 }
@@ -645,7 +645,8 @@ void KdaRecurrent(float* o, const float* q, const float* k, const float* v, cons
 }
 
 // Head h's tokens chunk by chunk on the absolute grid, its fp32 state in S; with round_each, S is
-// rounded to bf16 after every chunk (KdaChunk over a bf16 state).
+// rounded to bf16 after every chunk but the last (KdaChunk over a bf16 state, whose narrowing back
+// to bf16 rounds after the last).
 void ChunksOfHead(const ChunkIo& io, ChunkHeadFn chunk_head, float* S, int64_t h, int64_t pos0,
                   int chunk, ChunkScratch& scratch, bool round_each) {
   const KdaDims& d = io.d;
@@ -665,8 +666,8 @@ void ChunksOfHead(const ChunkIo& io, ChunkHeadFn chunk_head, float* S, int64_t h
     } else {
       chunk_head(io, S, h, t0, c, scratch);
     }
-    if (round_each) RoundToBf16(S, d.K * d.V);
     t0 += c;
+    if (round_each && t0 < d.T) RoundToBf16(S, d.K * d.V);
   }
 }
 
@@ -706,7 +707,7 @@ void KdaChunk(float* o, const float* q, const float* k, const float* v, const fl
     for (int64_t h = begin; h < end; ++h) {
       WidenBf16(wide.data(), state + h * n, n);
       ChunksOfHead(io, chunk_head, wide.data(), h, pos0, chunk, scratch, true);
-      NarrowToBf16(state + h * n, wide.data(), n);  // exact: rounded after the last chunk
+      NarrowToBf16(state + h * n, wide.data(), n);  // the rounding after the last chunk
     }
   });
 }
