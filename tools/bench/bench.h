@@ -101,6 +101,11 @@ double WaitForIdle(double max_s);
 // Streams over the regions with `threads` threads of the kernel pool (each takes a contiguous
 // share of every region, as MatMul does with a weight matrix). Returns GB/s (1e9 B/s).
 double StreamReadGBps(const std::vector<std::span<const uint8_t>>& regions, int threads);
+// Reads and writes back every line of a buffer of `bytes` (at least 1 GiB, so that it comes from
+// memory) with `threads` threads (each a contiguous share), in memory allocated as the KDA state
+// pool's (engine/state.h): what a batched step's recurrence does to the states. Returns GB/s of
+// bytes moved, read plus written.
+double StreamReadWriteGBps(int64_t bytes, int threads);
 
 // --- models ------------------------------------------------------------------------------------
 // models_dir/preset, generated there (kimi-mkmodel's generator, seed 1) when missing.

@@ -218,19 +218,27 @@ void DecodeB1(const Context& ctx, const std::string& preset, const Model& m) {
 // with the bandwidth and the peak measured in every round beside the calls: value = median time
 // (ms), baseline = median roofline (ms), ratio = median of the rounds' roofline / time. With
 // `state_bytes` (the KDA state a step reads and writes, outside that roofline) the detail adds the
-// same per round with those bytes on the memory side.
+// same per round with those bytes on the memory side, at the rate of reading memory and writing it
+// back measured in that round: a state is read and written back in one pass, and reads with
+// write-backs move more bytes than reads alone (on the AMX host two threads moved 52-56 GB/s so,
+// against a 32-36 GB/s read).
 Figure RooflineFigure(const Context& ctx, const Model& m, const StepCost& cost,
                       GemmPeakMeter* meter, bool bf16, int samples,
                       const std::function<double()>& run, double state_bytes = 0) {
   const auto regions = m.WeightRegions();
   const double bytes = static_cast<double>(cost.weight_bytes);
   const double flops = static_cast<double>(cost.flops);
-  std::vector<double> bw, peak, step, other, roofs, ratios, roofs_with_state, ratios_with_state;
+  std::vector<double> bw, state_bw, peak, step, other, roofs, ratios, roofs_with_state,
+      ratios_with_state;
   int compute_bound = 0;
+  const int threads = cpu::ThreadPool::Global().num_threads();
   for (int r = 0; r < ctx.repeats; ++r) {
     WaitForIdle(ctx.idle_wait_s);
     CpuMeter cpu_meter;
-    bw.push_back(StreamReadGBps(regions, cpu::ThreadPool::Global().num_threads()));
+    bw.push_back(StreamReadGBps(regions, threads));
+    if (state_bytes > 0) {
+      state_bw.push_back(StreamReadWriteGBps(static_cast<int64_t>(state_bytes / 2), threads));
+    }
     peak.push_back(meter->Measure(bf16));
     std::vector<double> t;
     for (int i = 0; i < samples; ++i) t.push_back(run());
@@ -241,7 +249,8 @@ Figure RooflineFigure(const Context& ctx, const Model& m, const StepCost& cost,
     compute_bound += t_compute > t_mem ? 1 : 0;
     roofs.push_back(std::max(t_mem, t_compute));
     ratios.push_back(roofs.back() / step.back());
-    roofs_with_state.push_back(std::max((bytes + state_bytes) / (bw.back() * 1e9), t_compute));
+    const double t_state = state_bytes > 0 ? state_bytes / (state_bw.back() * 1e9) : 0.0;
+    roofs_with_state.push_back(std::max(t_mem + t_state, t_compute));
     ratios_with_state.push_back(roofs_with_state.back() / step.back());
   }
   const double step_med = Median(step);
@@ -275,6 +284,7 @@ Figure RooflineFigure(const Context& ctx, const Model& m, const StepCost& cost,
   f.detail["kda_state_dtype"] = KdaStateDtypeName(m.config().kda.state_dtype);
   if (state_bytes > 0) {
     f.detail["kda_state_bytes_moved"] = state_bytes;
+    f.detail["state_read_write_GBps"] = Median(state_bw);
     f.detail["roofline_ms_with_state"] = 1e3 * Median(roofs_with_state);
     f.detail["ratio_with_state"] = Median(ratios_with_state);
   }

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/state.h"
 #include "engine/synthetic_model.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tools/bench/bench.h"
@@ -203,7 +204,42 @@ __attribute__((target("avx2"))) uint64_t ReadAvx2(const uint8_t* p, size_t n) {
   return s + lanes[0] + lanes[1] + lanes[2] + lanes[3];
 }
 
+// Each 64-byte line loaded and stored back unchanged (the store dirties it, so it is written back;
+// the empty asm keeps the compiler from dropping a store of what was just loaded).
+__attribute__((target("avx512f"))) void ReadWriteAvx512(uint8_t* p, size_t n) {
+  for (size_t i = 0; i + 64 <= n; i += 64) {
+    if (i % 4096 == 0) _mm_prefetch(reinterpret_cast<const char*>(p) + i + kPageAhead, _MM_HINT_T0);
+    __m512i v = _mm512_loadu_si512(p + i);
+    asm volatile("" : "+v"(v));
+    _mm512_storeu_si512(p + i, v);
+  }
+}
+__attribute__((target("avx2"))) void ReadWriteAvx2(uint8_t* p, size_t n) {
+  for (size_t i = 0; i + 64 <= n; i += 64) {
+    if (i % 4096 == 0) _mm_prefetch(reinterpret_cast<const char*>(p) + i + kPageAhead, _MM_HINT_T0);
+    auto* v = reinterpret_cast<__m256i*>(p + i);
+    __m256i a = _mm256_loadu_si256(v), b = _mm256_loadu_si256(v + 1);
+    asm volatile("" : "+v"(a), "+v"(b));
+    _mm256_storeu_si256(v, a);
+    _mm256_storeu_si256(v + 1, b);
+  }
+}
+
 volatile uint64_t g_sink;
+
+// Passes of `pass` over `bytes` until at least 3 and 0.3 s (at most 50): the median GB/s.
+template <class F>
+double MedianPassGBps(double bytes, const F& pass) {
+  pass();  // warm-up (faults in anything not yet mapped)
+  std::vector<double> gbps;
+  const double start = Now();
+  do {
+    const double t0 = Now();
+    pass();
+    gbps.push_back(bytes / (Now() - t0) / 1e9);
+  } while (gbps.size() < 3 || (Now() - start < 0.3 && gbps.size() < 50));
+  return Median(gbps);
+}
 
 }  // namespace
 
@@ -230,16 +266,38 @@ double StreamReadGBps(const std::vector<std::span<const uint8_t>>& regions, int 
     });
     g_sink = sums[0] + sums[1];
   };
-  pass();  // warm-up (faults in anything not yet mapped)
-  std::vector<double> gbps;
-  const double start = Now();
-  do {
-    const double t0 = Now();
-    pass();
-    gbps.push_back(static_cast<double>(total) / (Now() - t0) / 1e9);
-  } while (gbps.size() < 3 || (Now() - start < 0.3 && gbps.size() < 50));
+  const double gbps = MedianPassGBps(static_cast<double>(total), pass);
   pool.SetActiveThreads(0);
-  return Median(gbps);
+  return gbps;
+}
+
+double StreamReadWriteGBps(int64_t bytes, int threads) {
+  auto& pool = cpu::ThreadPool::Global();
+  pool.SetActiveThreads(threads);
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  // At least 1 GiB, more than the last-level cache holds (480 MiB on the AMX host): a step streams
+  // its weights between two passes over the states, so they come from memory. There a 54-161 MB
+  // buffer read and written right after a 1 GB read moved 52-53 GB/s; passed over again and again
+  // on its own, 43-99 (partly from the cache). Kept across calls: its first touch is a page fault
+  // per 4 KiB.
+  static std::unique_ptr<ZeroedBuffer> buffer;
+  const int64_t floats = (std::max<int64_t>(bytes, int64_t{1} << 30) + 3) / 4;
+  if (!buffer || buffer->size() < floats) buffer = std::make_unique<ZeroedBuffer>(floats);
+  auto* data = reinterpret_cast<uint8_t*>(buffer->data());
+  const size_t n = static_cast<size_t>(floats) * sizeof(float);
+  const auto pass = [&] {
+    pool.ParallelFor(pool.num_threads(), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        const size_t lo = n * t / pool.num_threads() & ~size_t{63};
+        const size_t hi =
+            t + 1 == pool.num_threads() ? n : n * (t + 1) / pool.num_threads() & ~size_t{63};
+        avx512 ? ReadWriteAvx512(data + lo, hi - lo) : ReadWriteAvx2(data + lo, hi - lo);
+      }
+    });
+  };
+  const double gbps = MedianPassGBps(2.0 * static_cast<double>(n), pass);
+  pool.SetActiveThreads(0);
+  return gbps;
 }
 
 std::unique_ptr<Model> LoadPreset(const Context& ctx, const std::string& preset) {
