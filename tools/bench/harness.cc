@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -227,6 +228,14 @@ __attribute__((target("avx2"))) void ReadWriteAvx2(uint8_t* p, size_t n) {
 
 volatile uint64_t g_sink;
 
+// Thread t's share [first, second) of n bytes split over `threads`: whole 64-byte lines, the last
+// share taking what is left.
+std::pair<size_t, size_t> LineShare(size_t n, int64_t t, int threads) {
+  const size_t lo = n * t / threads & ~size_t{63};
+  const size_t hi = t + 1 == threads ? n : n * (t + 1) / threads & ~size_t{63};
+  return {lo, hi};
+}
+
 // Passes of `pass` over `bytes` until at least 3 and 0.3 s (at most 50): the median GB/s.
 template <class F>
 double MedianPassGBps(double bytes, const F& pass) {
@@ -255,10 +264,7 @@ double StreamReadGBps(const std::vector<std::span<const uint8_t>>& regions, int 
       for (int64_t t = begin; t < end; ++t) {
         uint64_t s = 0;
         for (const auto& r : regions) {
-          const size_t lo = r.size() * t / pool.num_threads() & ~size_t{63};
-          const size_t hi = t + 1 == pool.num_threads() ? r.size()
-                                                        : r.size() * (t + 1) / pool.num_threads() &
-                                                              ~size_t{63};
+          const auto [lo, hi] = LineShare(r.size(), t, pool.num_threads());
           s += avx512 ? ReadAvx512(r.data() + lo, hi - lo) : ReadAvx2(r.data() + lo, hi - lo);
         }
         sums[t % 64] += s;
@@ -288,9 +294,7 @@ double StreamReadWriteGBps(int64_t bytes, int threads) {
   const auto pass = [&] {
     pool.ParallelFor(pool.num_threads(), 1, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
-        const size_t lo = n * t / pool.num_threads() & ~size_t{63};
-        const size_t hi =
-            t + 1 == pool.num_threads() ? n : n * (t + 1) / pool.num_threads() & ~size_t{63};
+        const auto [lo, hi] = LineShare(n, t, pool.num_threads());
         avx512 ? ReadWriteAvx512(data + lo, hi - lo) : ReadWriteAvx2(data + lo, hi - lo);
       }
     });
