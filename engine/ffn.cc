@@ -2,31 +2,29 @@
 // KIMI_K3.md 5.2, 5.5).
 #include <algorithm>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "engine/expert_jobs.h"
 #include "engine/expert_placement.h"
 #include "engine/layers.h"
 #include "kernels/cpu/ops.h"
 
 namespace kimi::layers {
 
-namespace {
-
-// The second half of a gated MLP: out = down(act(gate) * up); `gate` is overwritten.
-void GatedMlpDown(const ModelConfig& c, const MlpWeights& w, float* gate, const float* up,
-                  float* out, int64_t rows) {
+void GatedActivation(const ModelConfig& c, float* gate, const float* up, int64_t n) {
   using namespace kimi::cpu;
-  const int64_t I = w.gate.rows;
   if (c.activation == Activation::kSituGlu) {
-    SituGlu(gate, gate, up, rows * I, c.situ_beta, c.situ_linear_beta);
+    SituGlu(gate, gate, up, n, c.situ_beta, c.situ_linear_beta);
   } else {
-    SiluGlu(gate, gate, up, rows * I);
+    SiluGlu(gate, gate, up, n);
   }
-  MatMul(out, gate, w.down, rows);
 }
 
-}  // namespace
+void GatedMlpDown(const ModelConfig& c, const MlpWeights& w, float* gate, const float* up,
+                  float* out, int64_t rows) {
+  GatedActivation(c, gate, up, rows * w.gate.rows);
+  cpu::MatMul(out, gate, w.down, rows);
+}
 
 void GatedMlp(const ModelConfig& c, const MlpWeights& w, const float* x, float* out, int64_t rows) {
   using namespace kimi::cpu;
@@ -36,99 +34,6 @@ void GatedMlp(const ModelConfig& c, const MlpWeights& w, const float* x, float* 
   MatMulMany(targets, x, w.gate.cols, rows);
   GatedMlpDown(c, w, gate.get(), up.get(), out, rows);
 }
-
-namespace {
-
-// One unit of MoE work: an expert (or the shared experts) over its tokens.
-struct ExpertJob {
-  const MlpWeights* w;
-  float* in;   // [n, width] the expert's rows, gathered by Run from src (with `rows`)
-  float* out;  // [n, out width]
-  int64_t n;
-  double cost;
-  float* gate = nullptr;  // [n, w->gate.rows] each, when gate / up are already computed
-  const float* up = nullptr;
-  // Row i of `in` is row rows[i] of `src` (width wide): the gather runs in the job, on its thread.
-  // Without `rows`, src's first n rows are the job's rows as they are.
-  const float* src = nullptr;
-  const int64_t* rows = nullptr;
-  int64_t width = 0;
-  void Run(const ModelConfig& c) const {
-    if (gate) {
-      GatedMlpDown(c, *w, gate, up, out, n);
-    } else if (rows) {
-      for (int64_t i = 0; i < n; ++i) std::copy_n(src + rows[i] * width, width, in + i * width);
-      GatedMlp(c, *w, in, out, n);
-    } else {
-      GatedMlp(c, *w, src, out, n);
-    }
-  }
-};
-
-// Runs the jobs: those larger than a thread's fair share (a shared expert beside decode-sized
-// routed ones) one at a time, each MatMul split over the threads; the others -- a decode step's
-// experts, too small to split well -- side by side, one thread each, from both ends of the
-// longest-first order, when a longest-first packing of them is balanced (else one at a time too).
-// Each job's result is the same whichever way it runs.
-void RunExpertJobs(const ModelConfig& c, std::vector<ExpertJob>& jobs) {
-  const int threads = cpu::ThreadPool::Global().num_threads();
-  double total = 0.0;
-  for (const ExpertJob& j : jobs) total += j.cost;
-  std::vector<int> small;
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    if (threads > 1 && jobs[i].cost <= total / threads) {
-      small.push_back(static_cast<int>(i));
-    } else {
-      jobs[i].Run(c);
-    }
-  }
-  std::vector<double> load(threads, 0.0);
-  std::stable_sort(small.begin(), small.end(),
-                   [&](int a, int b) { return jobs[a].cost > jobs[b].cost; });
-  double small_total = 0.0;
-  for (int i : small) {
-    *std::min_element(load.begin(), load.end()) += jobs[i].cost;
-    small_total += jobs[i].cost;
-  }
-  const double worst = *std::max_element(load.begin(), load.end());
-  if (small.size() > 1 && worst <= 1.25 * small_total / threads) {
-    // Each job to the next free thread: the packing above only decides whether side by side pays;
-    // handing jobs out as threads free up absorbs cost estimates that are off (MXFP4 decode, cache
-    // misses) and a descheduled thread on a shared host. Even threads take the longest job left,
-    // odd ones the shortest, so an expert of many tokens (compute-bound) runs beside one of a token
-    // or two (streaming its weights) rather than beside its like. Against longest first for all,
-    // steps alternated every ten in one process on a 2-vCPU Zen 4 host (median of 8-10 per-pair
-    // ratios): kimi-linear-small batch 8 0.99 / 0.99 of the time, batch 32 0.97 / 0.98 /
-    // 0.99 (0.99 with bf16 activations), batch 64 1.00; k3-mini batch 1 / 8 / 32 / 64 1.00 / 1.00 /
-    // 1.01 / 1.00, kimi-linear-small batch 1 1.01.
-    std::mutex mu;
-    size_t front = 0, back = small.size();  // jobs small[front .. back) are left
-    cpu::ThreadPool::Global().ParallelFor(threads, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
-        for (;;) {
-          size_t next;
-          {
-            std::lock_guard<std::mutex> lock(mu);
-            if (front == back) break;
-            next = t % 2 == 0 ? front++ : --back;
-          }
-          jobs[small[next]].Run(c);
-        }
-      }
-    });
-    return;
-  }
-  for (int i : small) jobs[i].Run(c);
-}
-
-double JobCost(const MlpWeights& w, int64_t n, bool down_only = false) {
-  // Weight bytes, scaled up once the tokens make the expert compute-bound (~16 per weight pass).
-  const double bytes =
-      static_cast<double>((down_only ? 0 : w.gate.Bytes() + w.up.Bytes()) + w.down.Bytes());
-  return bytes * (1.0 + static_cast<double>(n) / 16.0);
-}
-
-}  // namespace
 
 // Router on the full hidden x; routed experts on x (Kimi Linear) or on its latent projection
 // (K3), combined, latent-normalised and projected up; shared experts on x, unscaled.

@@ -71,6 +71,11 @@ absl::Status Mla(const ModelConfig& c, const MlaWeights& w, int64_t mla_index, c
 // caller reduces).
 void GatedMlp(const ModelConfig& c, const MlpWeights& w, const float* x, float* out,
               int64_t rows);
+// Its parts: gate = act(gate) * up over n values (the checkpoint's GLU), and, from gate and up
+// [rows, w.gate.rows], out = down(act(gate) * up) (`gate` overwritten).
+void GatedActivation(const ModelConfig& c, float* gate, const float* up, int64_t n);
+void GatedMlpDown(const ModelConfig& c, const MlpWeights& w, float* gate, const float* up,
+                  float* out, int64_t rows);
 // `stats` (may be null) receives the layer's routing balance.
 absl::Status Moe(const ModelConfig& c, const MoeWeights& w, const float* x, float* out,
                  int64_t rows, const Split& split, MoeLayerStats* stats);
