@@ -26,12 +26,9 @@ constexpr int64_t kPrefetchStatesMinTokens = 16;
 // noise.
 constexpr int64_t kPrefetchStatesMaxBytes = int64_t{8} << 20;
 
-// The first of the short sequences that part p of `parts` takes in the side-by-side section: the
-// split ParallelFor makes of `count` items.
-int64_t PartBegin(int64_t count, int64_t parts, int64_t p) { return count * p / parts; }
-
-// Names the states (recurrent and conv, one range a layer) of the sequences each part of the
-// section will take for thread p to prefetch while the layer's projections run
+// Names the states (recurrent and conv, one range a layer) of the sequences of each thread's share
+// of the side-by-side section (RunInShares) for thread p to prefetch while the layer's projections
+// run
 // (kernels/cpu/side_prefetch.h), in the order the part reads them. The recurrence reads and writes
 // them at the memory's speed (k3-mini at batch 32: 8.8 MB a layer, its sections 0.42-0.60 ms)
 // while the projections before it are compute-bound and leave the memory idle. With them
@@ -40,15 +37,15 @@ int64_t PartBegin(int64_t count, int64_t parts, int64_t p) { return count * p / 
 // alternations), batch 64 0.99-1.00, kimi-linear-small batch 32 / 64 0.99-1.00. Prefetched during
 // the previous layer's feed-forward sublayer instead (longer before the recurrence, behind more
 // traffic), the states gained the sections 0.08-0.15 and cost the products more.
-void PrefetchStates(const std::vector<const SeqSpan*>& seqs, int64_t parts, KdaStatePool& pool,
+void PrefetchStates(const std::vector<const SeqSpan*>& seqs, int64_t shares, KdaStatePool& pool,
                     int64_t kda_index) {
   const int64_t count = static_cast<int64_t>(seqs.size());
   const int64_t layer_bytes = pool.LayerFloats() * static_cast<int64_t>(sizeof(float));
   const int64_t most = kPrefetchStatesMaxBytes / layer_bytes;  // sequences a thread
-  std::vector<cpu::SideRanges> by_thread(parts);
-  for (int64_t p = 0; p < parts; ++p) {
-    const int64_t begin = PartBegin(count, parts, p);
-    const int64_t end = std::min(PartBegin(count, parts, p + 1), begin + most);
+  std::vector<cpu::SideRanges> by_thread(shares);
+  for (int64_t p = 0; p < shares; ++p) {
+    const int64_t begin = cpu::ShareBegin(count, p, shares, 1);
+    const int64_t end = std::min(cpu::ShareBegin(count, p + 1, shares, 1), begin + most);
     for (int64_t i = begin; i < end; ++i) {
       by_thread[p].push_back({pool.Layer(seqs[i]->kda_slot, kda_index), layer_bytes});
     }
@@ -75,7 +72,11 @@ absl::Status Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, c
   // time, its rows staying on that thread (as separate steps over every token, the conv, the gate,
   // the recurrence and the output norm moved each row between the cores: batch-8 / 32 k3-mini
   // steps took 1.02 / 1.025 times as long, kimi-linear-small ones level), each thread a contiguous
-  // part of them. The others (prefill) one after another, each kernel split over the threads. A
+  // share of them, front to back, and then what is left of the others' from their backs
+  // (RunInShares). With fixed halves one thread waited at the end of a batch-32 section for 44 us
+  // (k3-mini, of 576) / 69 us (kimi-linear-small, of 979) on average; steps alternated every ten
+  // in one process (median of 8 per-pair ratios), shares against halves: k3-mini batch 32 0.994,
+  // batch 8 0.998. The others (prefill) one after another, each kernel split over the threads. A
   // sequence's result is the same either way.
   std::vector<const SeqSpan*> side_by_side, one_by_one;
   for (const SeqSpan& s : layout.seqs) {
@@ -86,9 +87,9 @@ absl::Status Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, c
     side_by_side.clear();
   }
   const int64_t count = static_cast<int64_t>(side_by_side.size());
-  const int64_t parts = std::min<int64_t>(ThreadPool::Global().num_threads(), count);
-  if (T >= kPrefetchStatesMinTokens && parts > 0) {
-    PrefetchStates(side_by_side, parts, pool, kda_index);
+  const int64_t shares = ShareCount(ThreadPool::Global());
+  if (T >= kPrefetchStatesMinTokens && count > 0) {
+    PrefetchStates(side_by_side, shares, pool, kda_index);
   }
   {
     const int64_t d = c.hidden;
@@ -152,13 +153,12 @@ absl::Status Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, c
     MulSigmoid(o.get() + a, gate.get() + a, n * P);
   };
   ClearSidePrefetch();
-  ParallelFor(parts, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      for (int64_t i = PartBegin(count, parts, p); i < PartBegin(count, parts, p + 1); ++i) {
-        sequence(*side_by_side[i]);
-      }
-    }
-  });
+  if (count > 0) {
+    RunInShares(ThreadPool::Global(), count, /*grain=*/1, /*tile=*/1,
+                [&](int64_t begin, int64_t end) {
+                  for (int64_t i = begin; i < end; ++i) sequence(*side_by_side[i]);
+                });
+  }
   for (const SeqSpan* s : one_by_one) sequence(*s);
   MatMul(out, o.get(), w.o_proj, T);
   return split.heads ? split.Reduce(out, T * c.hidden) : absl::OkStatus();

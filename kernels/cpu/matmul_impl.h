@@ -79,18 +79,6 @@ const Kernels* ScalarKernels();
 // AVX2 layout (kLanes, kPairs) to the AVX2 range (the machines that pack them so have AVX2).
 void LaneMajorRangeAvx2(const Problem& p, int64_t n0, int64_t n1);
 
-// The shares of RunInShares: one per thread, at most kMaxShares; share t of `shares` begins at
-// unit ShareBegin(units, t, shares, tile) (a whole tile; ShareBegin(units, shares, ...) = units).
-inline constexpr int kMaxShares = 16;
-int ShareCount(const ThreadPool& pool);
-int64_t ShareBegin(int64_t units, int64_t t, int64_t shares, int64_t tile);
-
-// Calls run(begin, end) over ranges that cover [0, units) once each, on the pool's threads: every
-// thread starts on a contiguous share of its own, front to back, in ranges of halving length (whole
-// tiles, at least `grain` units, except a share's last), then takes the others' last ranges.
-void RunInShares(ThreadPool& pool, int64_t units, int64_t grain, int64_t tile,
-                 const std::function<void(int64_t, int64_t)>& run);
-
 // How far ahead of a stream of weights the kernels touch one line of each 4 KiB page, so that its
 // address translation is in the TLB before the stream gets there (matmul_avx512.cc,
 // PrefetchPageAhead, has the measurements; the AVX2 kPairs tile takes the same distance).

@@ -88,4 +88,20 @@ inline void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64
   ThreadPool::Global().ParallelFor(n, grain, fn);
 }
 
+// Shares of a pool's work (RunInShares): one per thread, at most kMaxShares; share t of `shares`
+// begins at unit ShareBegin(units, t, shares, tile) (a whole tile; ShareBegin(units, shares, ...) =
+// units).
+inline constexpr int kMaxShares = 16;
+int ShareCount(const ThreadPool& pool);
+int64_t ShareBegin(int64_t units, int64_t t, int64_t shares, int64_t tile);
+
+// Calls run(begin, end) over ranges that cover [0, units) once each, on the pool's threads: every
+// thread starts on a contiguous share of its own, front to back, in ranges of halving length (whole
+// tiles, at least `grain` units, except a share's last), then takes the others' last ranges. So a
+// thread that runs its share at the speed the others run theirs reads only its own units (what it
+// prefetched for them stays useful), and one that falls behind is helped from the back. Run nested
+// (inline), the shares run front to back, in order.
+void RunInShares(ThreadPool& pool, int64_t units, int64_t grain, int64_t tile,
+                 const std::function<void(int64_t, int64_t)>& run);
+
 }  // namespace kimi::cpu
