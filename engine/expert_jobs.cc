@@ -41,12 +41,14 @@ inline void CpuRelax() {
 // once every such chunk is done, down in chunks of its output rows. Which rows a product computes
 // never changes their bits, so the result is the whole job's.
 //
-// Why: a side-by-side section ends when its last expert does, one thread's, while the other has
-// nothing left (a kimi-linear-small expert streams 3 MiB, about 190 us). Shared at the end,
-// batch-32 and batch-64 kimi-linear-small's sections idled 6-11 us at their end instead of 112-132
-// and took 52-160 us less of about 3.8 / 4.8 ms (2-3%: one binary, the tail on in every other
-// section of a run). k3-mini's experts (104 KB) idle 6-21 us at the end, less than the chunks'
-// calls cost (its sections 0.5-2% slower so): hence kSharedTailMinBytes.
+// Why: a side-by-side section ends when its last expert does, on one thread, while the other has
+// nothing left (a kimi-linear-small expert streams 3 MiB, about 190 us). On the AMX host, the tail
+// shared in every other section of a run: batch-32 and batch-64 kimi-linear-small's sections
+// idled 5-11 us at their end instead of 112-132 and took 52-160 us less of about 3.8 / 4.8 ms;
+// steps alternated every ten in one process (median of 8 per-pair ratios), with the tail against
+// without: batch 8 / 32 / 64 0.988 / 0.993 / 0.991. k3-mini's experts (104 KB) idle 6-21 us at
+// the end, less than the chunks' calls cost (its sections 0.5-2% slower so): hence
+// kSharedTailMinBytes.
 class SharedTail {
  public:
   // 8 and 4 chunks (at most one a 32-row group): on kimi-linear-small, 4 and 2 measured the same.
