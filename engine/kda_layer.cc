@@ -75,9 +75,9 @@ absl::Status Kda(const ModelConfig& c, const KdaWeights& w, int64_t kda_index, c
   // share of them, front to back, and then what is left of the others' from their backs
   // (RunInShares). With fixed halves one thread waited at the end of a batch-32 section for 44 us
   // (k3-mini, of 576) / 69 us (kimi-linear-small, of 979) on average; steps alternated every ten
-  // in one process (median of 8 per-pair ratios), shares against halves: k3-mini batch 32 0.994,
-  // batch 8 0.998. The others (prefill) one after another, each kernel split over the threads. A
-  // sequence's result is the same either way.
+  // in one process (median of 8 per-pair ratios), shares against halves: k3-mini batch 8 / 32 /
+  // 64 0.998 / 0.994 / 0.976. The others (prefill) one after another, each kernel split over the
+  // threads. A sequence's result is the same either way.
   std::vector<const SeqSpan*> side_by_side, one_by_one;
   for (const SeqSpan& s : layout.seqs) {
     (s.count <= kShortSequenceTokens ? side_by_side : one_by_one).push_back(&s);
