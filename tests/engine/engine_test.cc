@@ -235,6 +235,22 @@ TEST_P(EngineTest, ManyDecodingSequencesEqualAloneBitwise) {
   ExpectBatchEqualsAlone(m, tokens, splits, 16);
 }
 
+// The same beside one sequence at a longer context, whose MLA attention has more keys than a
+// thread's fair share of the step's: it is attended first, its keys split over the threads, the
+// others side by side, longest first. Each still gets exactly what it gets alone.
+TEST_P(EngineTest, ManyDecodingSequencesBesideALongOneEqualAloneBitwise) {
+  const Model& m = LoadPreset(GetParam());
+  constexpr int kSeqs = 12;
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::vector<int64_t>> splits;
+  for (int i = 0; i < kSeqs; ++i) {
+    const int64_t prompt = i == 0 ? 120 : 1 + i % 4;
+    tokens.push_back(RandomTokens(prompt + 3, m.config().vocab, 60 + i));
+    splits.push_back({prompt, 1, 1, 1});
+  }
+  ExpectBatchEqualsAlone(m, tokens, splits, 128);
+}
+
 // bf16 activations (the opt-in): still bitwise batch-invariant, and close to the fp32 logits.
 // Random tiny models are chaotic under bf16 (an expert choice can flip), so closeness is checked
 // on the median position, the batch invariance exactly.
