@@ -11,11 +11,15 @@
 
 namespace kimi::layers {
 
+void ExpertJob::Gather() const {
+  for (int64_t i = 0; i < n; ++i) std::copy_n(src + rows[i] * width, width, in + i * width);
+}
+
 void ExpertJob::Run(const ModelConfig& c) const {
   if (gate) {
     GatedMlpDown(c, *w, gate, up, out, n);
   } else if (rows) {
-    for (int64_t i = 0; i < n; ++i) std::copy_n(src + rows[i] * width, width, in + i * width);
+    Gather();
     GatedMlp(c, *w, in, out, n);
   } else {
     GatedMlp(c, *w, src, out, n);
@@ -62,11 +66,7 @@ class SharedTail {
         up_(Scratch(job.n * width_)),
         gate_up_(Bounds(width_, kGateUpChunks)),
         down_(Bounds(job.w->down.rows, kDownChunks)) {
-    if (job.rows) {  // the gather, before any thread takes a chunk
-      for (int64_t i = 0; i < job.n; ++i) {
-        std::copy_n(job.src + job.rows[i] * job.width, job.width, job.in + i * job.width);
-      }
-    }
+    if (job.rows) job.Gather();  // before any thread takes a chunk
   }
 
   // Takes chunks until none is left.

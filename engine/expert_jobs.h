@@ -25,6 +25,8 @@ struct ExpertJob {
   int64_t width = 0;
 
   void Run(const ModelConfig& c) const;
+  // The gather alone (with `rows`): row i of `in` = row rows[i] of `src`.
+  void Gather() const;
   // The rows the products read: `in` after the gather, else `src`.
   const float* Input() const { return rows ? in : src; }
 };
