@@ -28,10 +28,9 @@ constexpr int64_t kPrefetchStatesMaxBytes = int64_t{8} << 20;
 
 // Names the states (recurrent and conv, one range a layer) of the sequences of each thread's share
 // of the side-by-side section (RunInShares) for thread p to prefetch while the layer's projections
-// run
-// (kernels/cpu/side_prefetch.h), in the order the part reads them. The recurrence reads and writes
-// them at the memory's speed (k3-mini at batch 32: 8.8 MB a layer, its sections 0.42-0.60 ms)
-// while the projections before it are compute-bound and leave the memory idle. With them
+// run (kernels/cpu/side_prefetch.h), in the order its share reads them. The recurrence reads and
+// writes them at the memory's speed (k3-mini at batch 32: 8.8 MB a layer, its sections 0.42-0.60
+// ms) while the projections before it are compute-bound and leave the memory idle. With them
 // prefetched the sections took 0.30-0.34 ms; steps alternated every ten in one process (median of
 // 8 per-pair ratios): k3-mini batch 32 0.96-0.99 of the time (0.98 the median of seven
 // alternations), batch 64 0.99-1.00, kimi-linear-small batch 32 / 64 0.99-1.00. Prefetched during

@@ -106,11 +106,11 @@ absl::Status Mla(const ModelConfig& c, const MlaWeights& w, int64_t mla_index, c
     }
     std::stable_sort(side_by_side.begin(), side_by_side.end(),
                      [&](const SeqSpan* a, const SeqSpan* b) { return keys(*a) > keys(*b); });
+    const auto attend_some = [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) attend(*side_by_side[i]);
+    };
     ThreadPool::Global().ParallelForChunks(static_cast<int64_t>(side_by_side.size()), 1,
-                                           [&](int64_t begin, int64_t end) {
-                                             for (int64_t i = begin; i < end; ++i)
-                                               attend(*side_by_side[i]);
-                                           });
+                                           attend_some);
   } else {
     for (const SeqSpan& s : layout.seqs) attend(s);
   }
