@@ -219,36 +219,36 @@ TEST_P(EngineTest, ShardCopyAndMappingEqualTheCopyBitwise) {
   }
 }
 
-// Batched decode of many short sequences (the KDA layer's side-by-side section, its parts one a
-// thread, and from 16 tokens a step the states prefetched during the projections): each sequence
-// gets exactly what it gets alone.
-TEST_P(EngineTest, ManyDecodingSequencesEqualAloneBitwise) {
-  const Model& m = LoadPreset(GetParam());
-  constexpr int kSeqs = 18;
+// Sequence i of `prompts` prompted with prompts[i] tokens, then three decode steps, together and
+// alone: each gets exactly what it gets alone.
+void ExpectDecodingSequencesEqualAlone(const Model& m, const std::vector<int64_t>& prompts,
+                                       uint32_t seed) {
   std::vector<std::vector<int32_t>> tokens;
   std::vector<std::vector<int64_t>> splits;
-  for (int i = 0; i < kSeqs; ++i) {
-    const int64_t prompt = 1 + i % 5;
-    tokens.push_back(RandomTokens(prompt + 3, m.config().vocab, 40 + i));
-    splits.push_back({prompt, 1, 1, 1});
+  int64_t longest = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    tokens.push_back(RandomTokens(prompts[i] + 3, m.config().vocab, seed + i));
+    splits.push_back({prompts[i], 1, 1, 1});
+    longest = std::max(longest, prompts[i] + 3);
   }
-  ExpectBatchEqualsAlone(m, tokens, splits, 16);
+  ExpectBatchEqualsAlone(m, tokens, splits, longest);
+}
+
+// Batched decode of many short sequences (the KDA layer's side-by-side section, in shares over the
+// threads, and from 16 tokens a step the states prefetched during the projections).
+TEST_P(EngineTest, ManyDecodingSequencesEqualAloneBitwise) {
+  std::vector<int64_t> prompts;
+  for (int i = 0; i < 18; ++i) prompts.push_back(1 + i % 5);
+  ExpectDecodingSequencesEqualAlone(LoadPreset(GetParam()), prompts, 40);
 }
 
 // The same beside one sequence at a longer context, whose MLA attention has more keys than a
 // thread's fair share of the step's: it is attended first, its keys split over the threads, the
-// others side by side, longest first. Each still gets exactly what it gets alone.
+// others side by side, longest first.
 TEST_P(EngineTest, ManyDecodingSequencesBesideALongOneEqualAloneBitwise) {
-  const Model& m = LoadPreset(GetParam());
-  constexpr int kSeqs = 12;
-  std::vector<std::vector<int32_t>> tokens;
-  std::vector<std::vector<int64_t>> splits;
-  for (int i = 0; i < kSeqs; ++i) {
-    const int64_t prompt = i == 0 ? 120 : 1 + i % 4;
-    tokens.push_back(RandomTokens(prompt + 3, m.config().vocab, 60 + i));
-    splits.push_back({prompt, 1, 1, 1});
-  }
-  ExpectBatchEqualsAlone(m, tokens, splits, 128);
+  std::vector<int64_t> prompts = {120};
+  for (int i = 1; i < 12; ++i) prompts.push_back(1 + i % 4);
+  ExpectDecodingSequencesEqualAlone(LoadPreset(GetParam()), prompts, 60);
 }
 
 // bf16 activations (the opt-in): still bitwise batch-invariant, and close to the fp32 logits.
