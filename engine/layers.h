@@ -46,20 +46,10 @@ struct StepLayout {
   std::vector<SeqSpan> seqs;
 };
 
-// A sequence of a few tokens in a step (a decode step's one), worked on by one thread at a time
-// when there are several (kMinSideBySide) of them.
+// A sequence of a few tokens in a step (a decode step's one), whose KDA layer is worked on by one
+// thread at a time when there are several (kMinSideBySide) of them.
 inline constexpr int64_t kShortSequenceTokens = 16;
 inline constexpr size_t kMinSideBySide = 4;
-
-// True when the step holds several sequences of a few tokens each (batched decode): attention is
-// then parallel over sequences rather than inside each.
-inline bool ManyShortSequences(const StepLayout& layout) {
-  if (layout.seqs.size() < kMinSideBySide) return false;
-  for (const SeqSpan& s : layout.seqs) {
-    if (s.count > kShortSequenceTokens) return false;
-  }
-  return true;
-}
 
 // x, out: [T, hidden]. `c` is the rank's view (ShardConfig): head counts are this rank's.
 // The outputs are complete (reduced over the stage) on return.

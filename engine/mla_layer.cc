@@ -82,38 +82,33 @@ absl::Status Mla(const ModelConfig& c, const MlaWeights& w, int64_t mla_index, c
     MlaLatentAttention(o_lat.get() + s.offset * H * R, qa.get() + s.offset * H * wa, s.count,
                        s.pos0, rows, H, R, m.qk_rope_head_dim, scale);
   };
-  // Many short sequences (batched decode): one sequence per thread at a time, handed out longest
-  // context first as threads free up, except those with more keys than a thread's fair share of
-  // the step's, which go first, one at a time, each split over the threads (its keys shared out):
-  // with one sequence at a long context among short ones, fixed halves left one thread on it
-  // while the other finished its half and waited. Batch-32 k3-mini on the AMX host, steps
-  // alternated every ten in one process (median of 5 per-pair ratios) against fixed halves: one
-  // sequence at an 8192-token context, the others at about 20, 0.947 (42.3 against 44.6 ms); all at
-  // about 20, 0.998. Otherwise each sequence's attention is split over the threads. A sequence's
-  // result is the same either way.
-  if (layers::ManyShortSequences(layout)) {
-    const auto keys = [&](const SeqSpan& s) { return s.pos0 + s.count; };
-    int64_t total = 0;
-    for (const SeqSpan& s : layout.seqs) total += keys(s);
-    const int64_t fair = total / ThreadPool::Global().num_threads();
-    std::vector<const SeqSpan*> side_by_side;
-    for (const SeqSpan& s : layout.seqs) {
-      if (keys(s) > fair) {
-        attend(s);
-      } else {
-        side_by_side.push_back(&s);
-      }
+  // The sequences' attention: those with more work (rows times the keys each sees) than a thread's
+  // fair share of the step's first, one at a time, each split over the threads (a prefill's rows,
+  // a decode's keys); the others side by side, one a thread, handed out largest first as threads
+  // free up. Batched decode used to give each thread a fixed half of its sequences, whatever their
+  // contexts, and a step with any prefill in it split every sequence over the threads in turn.
+  // Batch-32 k3-mini on the AMX host, steps alternated every ten in one process (median of 5
+  // per-pair ratios) against those: one sequence at an 8192-token context among 31 at about 20,
+  // 0.947 (42.3 against 44.6 ms); all at about 20, 0.998; a 512-token (128-token) prompt chunk
+  // beside 31 decodes, 0.988 (0.983). A sequence's result is the same either way.
+  const auto work = [&](const SeqSpan& s) { return s.count * (2 * s.pos0 + s.count + 1) / 2; };
+  int64_t total = 0;
+  for (const SeqSpan& s : layout.seqs) total += work(s);
+  const int64_t fair = total / ThreadPool::Global().num_threads();
+  std::vector<const SeqSpan*> side_by_side;
+  for (const SeqSpan& s : layout.seqs) {
+    if (work(s) > fair) {
+      attend(s);
+    } else {
+      side_by_side.push_back(&s);
     }
-    std::stable_sort(side_by_side.begin(), side_by_side.end(),
-                     [&](const SeqSpan* a, const SeqSpan* b) { return keys(*a) > keys(*b); });
-    const auto attend_some = [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) attend(*side_by_side[i]);
-    };
-    ThreadPool::Global().ParallelForChunks(static_cast<int64_t>(side_by_side.size()), 1,
-                                           attend_some);
-  } else {
-    for (const SeqSpan& s : layout.seqs) attend(s);
   }
+  std::stable_sort(side_by_side.begin(), side_by_side.end(),
+                   [&](const SeqSpan* a, const SeqSpan* b) { return work(*a) > work(*b); });
+  const auto attend_some = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) attend(*side_by_side[i]);
+  };
+  ThreadPool::Global().ParallelForChunks(static_cast<int64_t>(side_by_side.size()), 1, attend_some);
   // o_h = W_UV_h o_lat, one MatMul per head over every token.
   const auto o = Scratch(T * H * m.v_head_dim);
   per_head([&](int64_t h) {
