@@ -4,7 +4,6 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
-#include <thread>
 
 #include "engine/layers.h"
 #include "kernels/cpu/ops.h"
@@ -33,12 +32,6 @@ double JobCost(const MlpWeights& w, int64_t n, bool down_only) {
 }
 
 namespace {
-
-inline void CpuRelax() {
-#if defined(__x86_64__)
-  __builtin_ia32_pause();
-#endif
-}
 
 // A whole gated MLP job (not one whose gate and up are given) that every thread may work on: gate
 // and up in chunks of the intermediate rows, each chunk's activation on its own columns, then,
@@ -82,14 +75,8 @@ class SharedTail {
         continue;
       }
       // Down reads every gate and up chunk: wait for those other threads still compute (a chunk
-      // at most; spin, then yield the core to a thread that may have been descheduled).
-      for (int spins = 0; done_.load(std::memory_order_acquire) < gate_up; ++spins) {
-        if (spins < 4096) {
-          CpuRelax();
-        } else {
-          std::this_thread::yield();
-        }
-      }
+      // at most).
+      cpu::WaitUntil([&] { return done_.load(std::memory_order_acquire) == gate_up; });
       Down(down_[i - gate_up], down_[i - gate_up + 1]);
     }
   }
@@ -157,14 +144,15 @@ void RunExpertJobs(const ModelConfig& c, std::vector<ExpertJob>& jobs,
     // lean on the tile unit and, shared at the end on both threads, left the memory idle (the
     // sections took as long as with their idle ends).
     std::unique_ptr<SharedTail> tail;
-    for (auto it = small.rbegin(); it != small.rend(); ++it) {
-      const ExpertJob& j = jobs[*it];
-      if (!j.rows || j.gate) continue;
-      if (j.w->gate.Bytes() + j.w->up.Bytes() + j.w->down.Bytes() >= shared_tail_min_bytes) {
-        tail = std::make_unique<SharedTail>(c, j);
-        small.erase(std::next(it).base());
+    const auto routed = std::find_if(small.rbegin(), small.rend(), [&](int i) {
+      return jobs[i].rows != nullptr && jobs[i].gate == nullptr;
+    });
+    if (routed != small.rend()) {
+      const MlpWeights& w = *jobs[*routed].w;
+      if (w.gate.Bytes() + w.up.Bytes() + w.down.Bytes() >= shared_tail_min_bytes) {
+        tail = std::make_unique<SharedTail>(c, jobs[*routed]);
+        small.erase(std::next(routed).base());
       }
-      break;
     }
     // Each job to the next free thread: the packing above only decides whether side by side pays;
     // handing jobs out as threads free up absorbs cost estimates that are off (MXFP4 decode, cache

@@ -300,6 +300,16 @@ void ThreadPool::ParallelForChunks(int64_t n, int64_t chunk,
   Run(n, parts, chunk, fn);
 }
 
+void WaitUntil(const std::function<bool()>& done) {
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 1; !done(); ++i) {
+    CpuRelax();
+    if (i % 64 == 0 && std::chrono::steady_clock::now() - start > kPureSpin) {
+      std::this_thread::yield();
+    }
+  }
+}
+
 int ShareCount(const ThreadPool& pool) { return std::min(pool.num_threads(), kMaxShares); }
 
 int64_t ShareBegin(int64_t units, int64_t t, int64_t shares, int64_t tile) {

@@ -2,11 +2,8 @@
 // RunInShares, tested with the thread pool), and where a packed group read in several passes
 // spreads its prefetches (SpreadLine).
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <memory>
 #include <span>
-#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>

@@ -194,6 +194,29 @@ TEST(ThreadPool, PoolsStartAndStopRepeatedly) {
   }
 }
 
+// WaitUntil: a part that needs another part's result waits for it, also when the pool has more
+// threads than the machine has cores (the awaited thread may be descheduled).
+TEST(ThreadPool, WaitUntilSeesAnotherPartsResult) {
+  for (int threads : {2, 5}) {
+    ThreadPool pool(threads);
+    for (int round = 0; round < 20; ++round) {
+      std::atomic<int> ready{0}, seen{0};
+      pool.ParallelFor(2, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          if (i == 0) {
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+            ready.store(1, std::memory_order_release);
+          } else {
+            WaitUntil([&] { return ready.load(std::memory_order_acquire) == 1; });
+            seen.store(1);
+          }
+        }
+      });
+      ASSERT_EQ(seen.load(), 1) << threads << " threads, round " << round;
+    }
+  }
+}
+
 // RunInShares: every unit exactly once, in ranges that start on tile boundaries, for many pool
 // sizes and shapes, with the threads finishing their own shares at different times so that the
 // others' ranges are taken from the back; each thread starting on its own share.
