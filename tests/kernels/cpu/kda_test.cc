@@ -203,10 +203,11 @@ struct At {
 
 // The bf16 forms are defined as the fp32 ones on the widened state, rounded after each token
 // (KdaRecurrent) or each chunk on the grid (KdaChunk): equal bit for bit, at the register-resident
-// width (128) and an odd one, from a start on the grid and off it.
+// width (128) and an odd one, from a start on the grid and off it. Three heads: on two threads one
+// part holds two, whose states KdaChunk keeps widened side by side, chunk after chunk.
 TEST(KdaBf16State, IsTheFp32StepRoundedAfterEachTokenOrChunk) {
   for (const auto& [K, V] : {std::pair<int64_t, int64_t>{128, 128}, {24, 40}}) {
-    const int64_t T = 150, H = 2;
+    const int64_t T = 150, H = 3;
     const Inputs in = MakeInputs(T, H, K, V, 11, 0.3f);
     const float scale = 1.0f / std::sqrt(static_cast<float>(K));
     const std::vector<uint16_t> start = ToBf16(in.state);
