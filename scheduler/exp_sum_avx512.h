@@ -16,4 +16,14 @@ namespace kimi::sched {
 // cpu::HasAvx512(cpu::MatMulIsa()).
 double ExpSumAvx512(const float* x, size_t n, float top, const float* ahead, size_t ahead_n);
 
+// The row's run maxima, its largest value and ExpSumAvx512 against it, in one pass over x[0, n)
+// (sampling.cc's maxima and logprobs' normaliser, which otherwise read the row twice):
+// maxima[r] = the largest of x[64 r, 64 r + 64) for each whole run of 64 (NaNs passed over; -inf
+// for none), *top = the largest value (NaNs passed over; -inf for none), and the return: the sum
+// of exp(x[i] - *top) in double (0 when *top is -inf and no value is NaN). Each 128-value step's
+// exps are taken against the largest value up to that step, and the sum so far is scaled by
+// exp(previous - new) in double whenever that value grows; each exp has ExpSumAvx512's error, so
+// the sum keeps its bound. A NaN anywhere gives NaN.
+double RunMaximaExpSumAvx512(const float* x, size_t n, float* maxima, float* top);
+
 }  // namespace kimi::sched

@@ -343,6 +343,15 @@ class RowMaxima {
     Scan();
     return top_;
   }
+  // LogSumExp(x, Top()), taken in the same pass as the maxima where the row is not scanned yet
+  // (AVX-512, RunMaximaExpSumAvx512); nullopt elsewhere.
+  std::optional<double> ScanWithLogSumExp() {
+    if (scanned_ || !cpu::HasAvx512(cpu::MatMulIsa())) return std::nullopt;
+    scanned_ = true;
+    runs_.resize(x_.size() / kRun);
+    const double sum = RunMaximaExpSumAvx512(x_.data(), x_.size(), runs_.data(), &top_);
+    return top_ + std::log(sum);
+  }
 
  private:
   void Scan() {
@@ -715,7 +724,9 @@ TokenChoice SampleToken(std::span<const float> logits, const SamplingParams& p,
   // k3-mini step's logits (top-k 40, top-p 0.95, the chosen token's logprob) read from memory (a
   // 640 MB read before each round; two threads, 32 rows each, as the engine loop samples them):
   // 36-38 us a row against 42-46 without (the same rows in cache: 27). Prefetching the next row
-  // during this row's first pass instead: 40-43; all of it when the row starts: 46-50.
+  // during this row's first pass instead: 40-43; all of it when the row starts: 46-50. On AVX-512
+  // a row with logprobs and no penalty takes its normaliser in its first pass instead (below),
+  // which prefetches its own row, not the next.
   NextRow ahead{next.data(), next.size()};
   const bool penalised = (p.repetition_penalty != 1.0f && p.repetition_penalty > 0.0f) ||
                          p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
@@ -727,6 +738,14 @@ TokenChoice SampleToken(std::span<const float> logits, const SamplingParams& p,
     l = adjusted;
   }
   RowMaxima row(l);
+  const bool logprobs = p.want_logprobs || p.logprobs > 0;
+  // The logprobs' normaliser in the maxima's pass, its exps computed while the row comes from
+  // memory, where a pass of its own (LogSumExp) read the row again: in the engine loop a row with
+  // the chosen token's logprob took 16-19 us to draw (maxima, candidates) and 22-31 more for the
+  // normaliser (kimi-bench's scheduler.overhead.b64 sampled alone; exp_sum_avx512.cc has the
+  // step-time figures).
+  const std::optional<double> fused_lse =
+      logprobs && !penalised ? row.ScanWithLogSumExp() : std::nullopt;
   // A temperature so small that 1 / temperature overflows (under about 3e-39) is greedy: every
   // other token's weight is 0 there anyway, and the draw's (x - top) / t would be inf * 0 = NaN.
   if (p.temperature <= 0.0f || !std::isfinite(1.0f / p.temperature)) {
@@ -734,11 +753,11 @@ TokenChoice SampleToken(std::span<const float> logits, const SamplingParams& p,
   } else {
     choice.token = Draw(l, p, UniformAt(p.seed, index), row, &ahead);
   }
-  if (p.want_logprobs || p.logprobs > 0) {
+  if (logprobs) {
     // The normaliser and alternatives are the raw row's: l's maxima unless penalties changed l.
     std::optional<RowMaxima> raw;
     RowMaxima& r = penalised ? raw.emplace(logits) : row;
-    const double lse = LogSumExp(logits, r.Top(), &ahead);
+    const double lse = fused_lse ? *fused_lse : LogSumExp(logits, r.Top(), &ahead);
     choice.logprob = static_cast<float>(logits[choice.token] - lse);
     for (int32_t id : TopIds(logits, static_cast<size_t>(std::max(0, p.logprobs)), r)) {
       choice.top.emplace_back(id, static_cast<float>(logits[id] - lse));

@@ -107,5 +107,76 @@ TEST(ExpSumAvx512, LogprobsAgreeWithThePortableLoop) {
   cpu::SetMatMulIsa(isa);
 }
 
+// The one-pass form against a row's maxima and the sum in double of libm's exps against its
+// largest value: the maxima and the top exactly (a maximum has no rounding), the sum to
+// ExpSumAvx512's 5e-7. Rows of every tail length (0-300: the 128-value steps, a last whole run of
+// 64, the 16-lane tail), 100k-value rows, and rows whose largest value grows at every step
+// (ascending, the sum rescaled 785 times) or only at the end.
+TEST(RunMaximaExpSumAvx512, MaximaTopAndSumInOnePass) {
+  if (!HasAvx512()) GTEST_SKIP() << "no AVX-512";
+  std::mt19937 rng(12);
+  std::vector<std::vector<float>> rows;
+  for (const float spread : {0.3f, 3.0f, 30.0f}) {
+    std::normal_distribution<float> normal(0.0f, spread);
+    for (size_t n = 0; n <= 300; ++n) {
+      rows.emplace_back(n);
+      for (float& v : rows.back()) v = normal(rng);
+    }
+    rows.emplace_back(100512);
+    for (float& v : rows.back()) v = normal(rng);
+  }
+  std::vector<float> ascending(100512), last(100512);
+  for (size_t i = 0; i < ascending.size(); ++i) {
+    ascending[i] = -20.0f + 20.0f * static_cast<float>(i) / ascending.size();
+    last[i] = std::sin(static_cast<float>(i));
+  }
+  last.back() = 8.0f;
+  rows.push_back(ascending);
+  rows.push_back(last);
+  for (const std::vector<float>& x : rows) {
+    const size_t n = x.size();
+    std::vector<float> maxima(n / 64 + 1, 0.0f);
+    float top = 0.0f;
+    const double sum = RunMaximaExpSumAvx512(x.data(), n, maxima.data(), &top);
+    const float want_top = n ? *std::max_element(x.begin(), x.end()) : -INFINITY;
+    ASSERT_EQ(top, want_top) << "n " << n;
+    for (size_t r = 0; r < n / 64; ++r) {
+      ASSERT_EQ(maxima[r], *std::max_element(x.begin() + 64 * r, x.begin() + 64 * r + 64)) << r;
+    }
+    if (n == 0) {
+      EXPECT_EQ(sum, 0.0);
+      continue;
+    }
+    ASSERT_NEAR(sum / Reference(x, top), 1.0, 5e-7) << "n " << n;
+  }
+}
+
+// NaNs are passed over by the maxima and make the sum NaN, wherever they are (also before any
+// number); -inf adds nothing, also before the first number; a row of -inf sums to 0 at top -inf.
+TEST(RunMaximaExpSumAvx512, SpecialValues) {
+  if (!HasAvx512()) GTEST_SKIP() << "no AVX-512";
+  for (const size_t n : {size_t{5}, size_t{200}, size_t{1000}}) {
+    std::vector<float> maxima(n / 64 + 1);
+    float top = 0.0f;
+    std::vector<float> x(n, -INFINITY);
+    EXPECT_EQ(RunMaximaExpSumAvx512(x.data(), n, maxima.data(), &top), 0.0);
+    EXPECT_EQ(top, -INFINITY);
+    x[n - 1] = 2.0f;  // after any whole step of -inf
+    x[n / 2] = 1.0f;
+    EXPECT_NEAR(RunMaximaExpSumAvx512(x.data(), n, maxima.data(), &top), 1.0 + std::exp(-1.0),
+                1e-6);
+    EXPECT_EQ(top, 2.0f);
+    for (const size_t at : {size_t{0}, n / 2 + 1, n - 2}) {
+      std::vector<float> y = x;
+      y[at] = std::nanf("");
+      EXPECT_TRUE(std::isnan(RunMaximaExpSumAvx512(y.data(), n, maxima.data(), &top))) << at;
+      EXPECT_EQ(top, 2.0f) << at;
+      if (n >= 64) {
+        EXPECT_FALSE(std::isnan(maxima[0])) << at;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kimi::sched
