@@ -17,12 +17,10 @@ void ExpertJob::Gather() const {
 void ExpertJob::Run(const ModelConfig& c) const {
   if (gate) {
     GatedMlpDown(c, *w, gate, up, out, n);
-  } else if (rows) {
-    Gather();
-    GatedMlp(c, *w, in, out, n);
-  } else {
-    GatedMlp(c, *w, src, out, n);
+    return;
   }
+  if (rows) Gather();
+  GatedMlp(c, *w, Input(), out, n);
 }
 
 double JobCost(const MlpWeights& w, int64_t n, bool down_only) {

@@ -42,40 +42,17 @@ KIMI_AVX512 inline __m512 ExpNonPositive16(__m512 d) {
 
 KIMI_AVX512 inline __m512d Widen(__m256 half) { return _mm512_cvtps_pd(half); }
 
-}  // namespace
-
-// 128 values a step, as the portable loop: eight exps added in float as a tree (three roundings
-// deep), the sum widened to double.
-KIMI_AVX512 double ExpSumAvx512(const float* x, size_t n, float top, const float* ahead,
-                                size_t ahead_n) {
-  const __m512 vtop = _mm512_set1_ps(top);
-  __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
-  size_t i = 0;
-  for (; i + 128 <= n; i += 128) {
-    if (i + 128 <= ahead_n) {
-      for (int h = 0; h < 8; ++h)
-        _mm_prefetch(reinterpret_cast<const char*>(ahead + i + 16 * h), _MM_HINT_T1);
-    }
-    __m512 e[8];
-    for (int h = 0; h < 8; ++h) {
-      e[h] = ExpNonPositive16(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16 * h), vtop));
-    }
-    const __m512 s =
-        _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(e[0], e[1]), _mm512_add_ps(e[2], e[3])),
-                      _mm512_add_ps(_mm512_add_ps(e[4], e[5]), _mm512_add_ps(e[6], e[7])));
-    lo = _mm512_add_pd(lo, Widen(_mm512_castps512_ps256(s)));
-    hi = _mm512_add_pd(hi, Widen(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1))));
-  }
-  double sum = _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
-  for (; i < n; i += 16) {  // the last values, up to 16 at a time (lanes past n load top: unused)
-    const __mmask16 live = static_cast<__mmask16>(n - i >= 16 ? 0xffffu : (1u << (n - i)) - 1u);
-    const __m512 e = ExpNonPositive16(_mm512_sub_ps(_mm512_mask_loadu_ps(vtop, live, x + i), vtop));
-    sum += _mm512_reduce_add_ps(_mm512_maskz_mov_ps(live, e));
-  }
-  return sum;
+// One 128-value step of both sums: the eight vectors' exps against top, added in float as a tree
+// (three roundings deep), the sum widened to double into lo (lanes 0-7) and hi (lanes 8-15).
+KIMI_AVX512 inline void AddStep(const __m512 (&v)[8], __m512 top, __m512d& lo, __m512d& hi) {
+  __m512 e[8];
+  for (int h = 0; h < 8; ++h) e[h] = ExpNonPositive16(_mm512_sub_ps(v[h], top));
+  const __m512 s =
+      _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(e[0], e[1]), _mm512_add_ps(e[2], e[3])),
+                    _mm512_add_ps(_mm512_add_ps(e[4], e[5]), _mm512_add_ps(e[6], e[7])));
+  lo = _mm512_add_pd(lo, Widen(_mm512_castps512_ps256(s)));
+  hi = _mm512_add_pd(hi, Widen(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1))));
 }
-
-namespace {
 
 // The largest of acc's lanes after folding in v's (a NaN in v passed over: vmaxps returns its
 // second operand when either is NaN, and acc never holds one).
@@ -89,7 +66,36 @@ KIMI_AVX512 inline void Grow(__m512d& lo, __m512d& hi, float& m, float m2) {
   m = m2;
 }
 
+// The lanes of a last, partial vector of `left` values (all 16 from 16 on).
+inline __mmask16 LiveLanes(size_t left) {
+  return static_cast<__mmask16>(left >= 16 ? 0xffffu : (1u << left) - 1u);
+}
+
 }  // namespace
+
+// 128 values a step (AddStep), as the portable loop sums them.
+KIMI_AVX512 double ExpSumAvx512(const float* x, size_t n, float top, const float* ahead,
+                                size_t ahead_n) {
+  const __m512 vtop = _mm512_set1_ps(top);
+  __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+  size_t i = 0;
+  for (; i + 128 <= n; i += 128) {
+    if (i + 128 <= ahead_n) {
+      for (int h = 0; h < 8; ++h)
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + i + 16 * h), _MM_HINT_T1);
+    }
+    __m512 v[8];
+    for (int h = 0; h < 8; ++h) v[h] = _mm512_loadu_ps(x + i + 16 * h);
+    AddStep(v, vtop, lo, hi);
+  }
+  double sum = _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
+  for (; i < n; i += 16) {  // the last values, up to 16 at a time (lanes past n load top: unused)
+    const __mmask16 live = LiveLanes(n - i);
+    const __m512 e = ExpNonPositive16(_mm512_sub_ps(_mm512_mask_loadu_ps(vtop, live, x + i), vtop));
+    sum += _mm512_reduce_add_ps(_mm512_maskz_mov_ps(live, e));
+  }
+  return sum;
+}
 
 // How far ahead of its loads RunMaximaExpSumAvx512 prefetches its row (floats; 8 KiB). The engine
 // loop's rows were just written by the LM head and come from memory, and this pass's work per
@@ -131,14 +137,7 @@ KIMI_AVX512 double RunMaximaExpSumAvx512(const float* x, size_t n, float* maxima
       for (int h = 0; h < 8; ++h) nan |= _mm512_cmp_ps_mask(v[h], v[h], _CMP_UNORD_Q) != 0;
       continue;
     }
-    const __m512 vm = _mm512_set1_ps(m);
-    __m512 e[8];
-    for (int h = 0; h < 8; ++h) e[h] = ExpNonPositive16(_mm512_sub_ps(v[h], vm));
-    const __m512 s =
-        _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(e[0], e[1]), _mm512_add_ps(e[2], e[3])),
-                      _mm512_add_ps(_mm512_add_ps(e[4], e[5]), _mm512_add_ps(e[6], e[7])));
-    lo = _mm512_add_pd(lo, Widen(_mm512_castps512_ps256(s)));
-    hi = _mm512_add_pd(hi, Widen(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1))));
+    AddStep(v, _mm512_set1_ps(m), lo, hi);
   }
   // The last values: a whole run of 64 if there is one, then fewer than 64 (in no run).
   if (i + 64 <= n) {
@@ -148,7 +147,7 @@ KIMI_AVX512 double RunMaximaExpSumAvx512(const float* x, size_t n, float* maxima
   }
   __m512 rest = minus_inf;
   for (size_t j = i; j < n; j += 16) {
-    const __mmask16 live = static_cast<__mmask16>(n - j >= 16 ? 0xffffu : (1u << (n - j)) - 1u);
+    const __mmask16 live = LiveLanes(n - j);
     rest = FoldMax(rest, _mm512_mask_loadu_ps(minus_inf, live, x + j));
   }
   const float rest_max = _mm512_reduce_max_ps(rest);
@@ -156,7 +155,7 @@ KIMI_AVX512 double RunMaximaExpSumAvx512(const float* x, size_t n, float* maxima
   double sum = _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
   const __m512 vm = _mm512_set1_ps(m);
   for (size_t j = i; j < n; j += 16) {
-    const __mmask16 live = static_cast<__mmask16>(n - j >= 16 ? 0xffffu : (1u << (n - j)) - 1u);
+    const __mmask16 live = LiveLanes(n - j);
     const __m512 v = _mm512_mask_loadu_ps(vm, live, x + j);
     if (m == -INFINITY) {
       nan |= _mm512_mask_cmp_ps_mask(live, v, v, _CMP_UNORD_Q) != 0;
