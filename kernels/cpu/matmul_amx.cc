@@ -213,7 +213,14 @@ constexpr int64_t kPrefetchBytes = 2048;
 // row; up to 16 rows no better than up to 8; up to 32 rows at 5 or 6 KiB level at batch 32, at 8
 // KiB batch-32 k3-mini steps 38-39 ms against 36-37, and its LM head 5.50-5.55 ms at 10 KiB and
 // 4.96-5.12 at 18 against 5.10-5.13 without: so wider products keep the near prefetch alone.
-constexpr int64_t kFarPrefetchBytes = 8192, kFarPrefetchRows = 8;
+// 4 KiB rather than 8 (the thirteenth AMX session): kimi-linear-small's experts (1024 x 1024 and
+// 1024 x 512, 64 streamed from memory, both threads, a probe) at 1 / 2 / 4 / 8 x rows 0.93-0.94 /
+// 0.91 / 0.88-0.89 / 0.83 of a streaming read against 0.87-0.88 / 0.86 / 0.84-0.85 / 0.80; steps
+// with the distance switched every ten in one process (median of the pairs' ratios):
+// kimi-linear-small batch 1 0.973 / 0.976, batch 8 0.982, batch 32 0.982 / 0.991, batch 64 1.004;
+// k3-mini batch 1 1.002, batch 8 0.991, batch 32 0.997. 3 KiB: batch 32 0.987, batch 1 0.971; 6
+// KiB: 0.997 / 0.998.
+constexpr int64_t kFarPrefetchBytes = 4096, kFarPrefetchRows = 8;
 // How far ahead of the tile loads an MXFP4 weight's codes are prefetched: into L2 (hint T1) far
 // ahead, then into L1 near. A core has few fill buffers for misses on their way to L1 and more for
 // L2, so at one thread's rate from memory prefetches to L1 alone, however far ahead, leave the
@@ -384,7 +391,7 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
           // pair's second group starts unprefetched. With at most 32 x rows (the weight read once,
           // pair after pair) each stream's go on into its own group of the next pair instead (one
           // group skipped: exact while the distance ahead ends within the next group, so for the
-          // far prefetch groups of 8 KiB or more, K >= 256; with shorter groups those addresses
+          // far prefetch groups of 4 KiB or more, K >= 128; with shorter groups those addresses
           // land one group short of their own, the next pair's second group and the one after,
           // which measured better than the exact place: batch-1 kimi-linear-small 0.925-0.946
           // against 0.917-0.922 of the read, four runs each).
