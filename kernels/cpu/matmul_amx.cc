@@ -213,7 +213,7 @@ constexpr int64_t kPrefetchBytes = 2048;
 // row; up to 16 rows no better than up to 8; up to 32 rows at 5 or 6 KiB level at batch 32, at 8
 // KiB batch-32 k3-mini steps 38-39 ms against 36-37, and its LM head 5.50-5.55 ms at 10 KiB and
 // 4.96-5.12 at 18 against 5.10-5.13 without: so wider products keep the near prefetch alone.
-// 4 KiB rather than 8 (the thirteenth AMX session): kimi-linear-small's experts (1024 x 1024 and
+// 4 KiB rather than 8 (the twelfth AMX session): kimi-linear-small's experts (1024 x 1024 and
 // 1024 x 512, 64 streamed from memory, both threads, a probe) at 1 / 2 / 4 / 8 x rows 0.93-0.94 /
 // 0.91 / 0.88-0.89 / 0.83 of a streaming read against 0.87-0.88 / 0.86 / 0.84-0.85 / 0.80; steps
 // with the distance switched every ten in one process (median of the pairs' ratios):
