@@ -71,6 +71,16 @@ inline __mmask16 LiveLanes(size_t left) {
   return static_cast<__mmask16>(left >= 16 ? 0xffffu : (1u << left) - 1u);
 }
 
+// The exps of the last values x[i, n) against top added to sum, up to 16 at a time, each 16 summed
+// in float (lanes past n load top: unused).
+KIMI_AVX512 inline void AddTail(double& sum, const float* x, size_t i, size_t n, __m512 top) {
+  for (; i < n; i += 16) {
+    const __mmask16 live = LiveLanes(n - i);
+    const __m512 e = ExpNonPositive16(_mm512_sub_ps(_mm512_mask_loadu_ps(top, live, x + i), top));
+    sum += _mm512_reduce_add_ps(_mm512_maskz_mov_ps(live, e));
+  }
+}
+
 }  // namespace
 
 // 128 values a step (AddStep), as the portable loop sums them.
@@ -89,11 +99,7 @@ KIMI_AVX512 double ExpSumAvx512(const float* x, size_t n, float top, const float
     AddStep(v, vtop, lo, hi);
   }
   double sum = _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
-  for (; i < n; i += 16) {  // the last values, up to 16 at a time (lanes past n load top: unused)
-    const __mmask16 live = LiveLanes(n - i);
-    const __m512 e = ExpNonPositive16(_mm512_sub_ps(_mm512_mask_loadu_ps(vtop, live, x + i), vtop));
-    sum += _mm512_reduce_add_ps(_mm512_maskz_mov_ps(live, e));
-  }
+  AddTail(sum, x, i, n, vtop);
   return sum;
 }
 
@@ -153,15 +159,13 @@ KIMI_AVX512 double RunMaximaExpSumAvx512(const float* x, size_t n, float* maxima
   const float rest_max = _mm512_reduce_max_ps(rest);
   if (rest_max > m) Grow(lo, hi, m, rest_max);
   double sum = _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
-  const __m512 vm = _mm512_set1_ps(m);
-  for (size_t j = i; j < n; j += 16) {
-    const __mmask16 live = LiveLanes(n - j);
-    const __m512 v = _mm512_mask_loadu_ps(vm, live, x + j);
-    if (m == -INFINITY) {
-      nan |= _mm512_mask_cmp_ps_mask(live, v, v, _CMP_UNORD_Q) != 0;
-      continue;
+  if (m == -INFINITY) {  // every value -inf or NaN: nothing to add, only NaNs to look for
+    for (size_t j = i; j < n; j += 16) {
+      const __m512 v = _mm512_maskz_loadu_ps(LiveLanes(n - j), x + j);
+      nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) != 0;
     }
-    sum += _mm512_reduce_add_ps(_mm512_maskz_mov_ps(live, ExpNonPositive16(_mm512_sub_ps(v, vm))));
+  } else {
+    AddTail(sum, x, i, n, _mm512_set1_ps(m));
   }
   *top = m;
   return nan ? NAN : sum;
