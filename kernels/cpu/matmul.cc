@@ -453,12 +453,15 @@ void RunMatMulMany(std::span<const MatMulTarget> targets, const float* x, int64_
   thread_local uint64_t converted_serial = 0;  // the call whose x this thread's buffers hold
   const bool private_x = m * kp <= kMaxPrivateXFloats;
   // Rows [begin, end) of x into xp / xb / xt (the calling thread's buffers or the caller's).
-  const int64_t split_size = 3 * m * kp;  // xt: [kp / 32][m][3][32]
+  const int64_t split_size = matmul_internal::XtSize(m, kp);  // Problem::xt
   const auto convert = [&](float* xp, uint16_t* xb, uint16_t* xt, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       if (need_f32) matmul_internal::PermuteRow(xp + i * kp, x + i * ldx, k, kp);
       if (need_bf16) matmul_internal::RoundRowToBf16(xb + i * kp, x + i * ldx, k, kp);
-      if (need_split) matmul_internal::SplitRowToBf16x3(xt + 96 * i, 96 * m, x + i * ldx, k, kp);
+      if (need_split) {
+        matmul_internal::SplitRowToBf16x3(xt + matmul_internal::XtRowOffset(i, m, kp),
+                                          matmul_internal::XtBlockStride(m), x + i * ldx, k, kp);
+      }
     }
   };
   // The shared copy, when x is not private: the caller's buffers.

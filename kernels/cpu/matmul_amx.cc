@@ -246,16 +246,30 @@ constexpr int kSideLines = 4;
 // (alternated) prefill.gemm 892-909 -> 954-1003 GFLOP/s, prefill.512 k3-mini 360-373 -> 345-353
 // ms, kimi-linear-small 459-472 -> 445-450, batch-32 k3-mini steps 39.8-40.0 -> 39.0; batch 1 / 8
 // and matvec level.
+//
+// In panels of 32 rows (the thirteenth AMX session): with m > 32 a 32-row step's x tiles of one
+// block lay 192 m bytes from the next block's (96 KiB at 512 rows), so a pass over the blocks took
+// each tile from L2 out of any stream the prefetchers follow; in a panel they are 6 KiB apart. A
+// probe of the prefill loop (one thread, 48 weight groups in L2, 512 x rows): 9.3-9.8 -> 8.0-8.5
+// ns a product. MatMul 512 x 4096 x 1024, one thread 8.99-9.27 -> 8.43-8.70 ms, two 4.42-4.66
+// -> 4.33-4.43; kimi-bench, binaries alternated, three runs each: prefill.gemm 0.418-0.422 ->
+// 0.427-0.439 of oneDNN, prefill.512 kimi-linear-small 478-510 -> 443-487 ms, k3-mini 368-388 ->
+// 366-381; batch-64 steps (two runs) kimi-linear-small 128.4 / 122.0 -> 126.3 / 121.7 ms, k3-mini
+// 67.7 / 65.7 -> 63.7 / 60.9. Up to 32 rows (decode) the layout is the one before.
 struct XRows {
   const uint16_t* x;
-  int64_t row, block;
+  int64_t row, block, panel;  // panel: between rows i and i + 32 (p.xb: 32 rows)
+  // Row i's first block; the rows after it, kTerms * row apart, up to the end of its panel.
+  const uint16_t* Row(int64_t i, int kTerms) const {
+    return x + i / kXtPanelRows * panel + i % kXtPanelRows * kTerms * row;
+  }
 };
 template <int kTerms>
 XRows XRowsOf(const Problem& p) {
   if constexpr (kTerms == 1) {
-    return {p.xb, p.kp, 32};
+    return {p.xb, p.kp, 32, kXtPanelRows * p.kp};
   } else {
-    return {p.xt, 32, 96 * p.m};  // [kp / 32][m][3][32]
+    return {p.xt, 32, XtBlockStride(p.m), XtRowOffset(kXtPanelRows, p.m, p.kp)};
   }
 }
 
@@ -360,7 +374,7 @@ void TilesRange(const Problem& p, int64_t n0, int64_t n1) {
           Configure(rows0, rows1);
           configured = rows0 * 32 + rows1;
         }
-        const uint16_t* x0 = xr.x + i0 * kTerms * xr.row;
+        const uint16_t* x0 = xr.Row(i0, kTerms);  // i0 % 32 == 0: x1 in the same panel
         const uint16_t* x1 = x0 + 16 * kTerms * xr.row;
         float* y0 = p.y + i0 * p.ldy;
         float* y1 = y0 + 16 * p.ldy;
@@ -621,8 +635,10 @@ void Mxfp4TilesRange(const Problem& p, int64_t n0, int64_t n1) {
   int configured = -1;
   for (int64_t g0 = first_group; g0 < end_group; g0 += group_chunk) {
     const int64_t g1 = std::min(end_group, g0 + group_chunk);
-    for (int64_t i0 = 0; i0 < p.m; i0 += kChunkRows) {
-      const int64_t rows = std::min(kChunkRows, p.m - i0);
+    for (int64_t i0 = 0, rows = 0; i0 < p.m; i0 += rows) {
+      // A chunk within one of p.xt's panels (its x tiles are rows kTerms * xr.row apart).
+      rows = std::min(kChunkRows, p.m - i0);
+      if (kTerms == 3) rows = std::min(rows, kXtPanelRows - i0 % kXtPanelRows);
       const int nt = static_cast<int>((rows + kRowsPerTile - 1) / kRowsPerTile);
       const int64_t last_rows = rows - (nt - 1) * kRowsPerTile;
       if (configured != rows) {
@@ -637,7 +653,7 @@ void Mxfp4TilesRange(const Problem& p, int64_t n0, int64_t n1) {
         KIMI_TILE_CONFIG(&cfg);
         configured = static_cast<int>(rows);
       }
-      const uint16_t* xa = xr.x + i0 * kTerms * xr.row;
+      const uint16_t* xa = xr.Row(i0, kTerms);
       const int64_t tile_elems = kRowsPerTile * kTerms * xr.row;
       const int64_t steps = (g1 - g0) * nb;
       const auto decode = [&](int64_t s) __attribute__((always_inline)) {

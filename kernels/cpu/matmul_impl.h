@@ -35,13 +35,14 @@ struct Problem {
   // Distinct for every MatMulMany call (0: unknown), so a kernel may keep a per-thread copy of x
   // in its own layout across the ranges of one call instead of converting it for each.
   uint64_t x_serial = 0;
-  // [kp / 32][m][3][32], for the AMX kernels' fp32 path: fp32 activations split exactly into three
-  // bf16 terms (SplitRowToBf16x3), block after block of 32 columns, each row's hi, mid, lo one
-  // after another in a block: column c of row i's term t at ((c / 32 * m + i) * 3 + t) * 32 + c %
-  // 32, m this Problem's m (so a subset of rows cannot be handed on by moving the pointer, as
-  // p.xb's can). An AMX tile of 16 rows of a term is then 16 lines 192 bytes apart, and one of 5
-  // rows' three terms 15 adjacent lines (matmul_amx.cc's XRows has what the row-major [m][3][kp]
-  // before it cost).
+  // [panels][kp / 32][P][3][32], for the AMX kernels' fp32 path: fp32 activations split exactly
+  // into three bf16 terms (SplitRowToBf16x3), in panels of P = XtPanelRows(m) rows (the last one
+  // partly used), each block after block of 32 columns, each row's hi, mid, lo one after another
+  // in a block: column c of row i's term t at XtRowOffset(i, m, kp) + c / 32 * XtBlockStride(m) + t
+  // * 32 + c % 32 (so a subset of rows cannot be handed on by moving the pointer, as p.xb's can).
+  // An AMX tile of 16 rows of a term is then 16 lines 192 bytes apart, and one of 5 rows' three
+  // terms 15 adjacent lines (matmul_amx.cc's XRows has what the row-major [m][3][kp] before it
+  // cost, and why panels).
   const uint16_t* xt = nullptr;
 };
 
@@ -105,8 +106,20 @@ void RoundRowToBf16(uint16_t* xb, const float* x, int64_t k, int64_t kp);
 // remainder truncated, lo what is left (at most eight significant bits: exact for |x| above about
 // 2^-110; below, bits under 2^-133 are lost). A non-finite x is all in hi. Written as one row of
 // Problem::xt's layout: column c's terms at xt + c / 32 * block_stride + {0, 32, 64} + c % 32
-// (block_stride = 96 m for row i of m at xt + 96 i).
+// (row i of m at xt + XtRowOffset(i, m, kp), block_stride = XtBlockStride(m)).
 void SplitRowToBf16x3(uint16_t* xt, int64_t block_stride, const float* x, int64_t k, int64_t kp);
+
+// Problem::xt's geometry (uint16 units): panels of up to 32 rows, one 32-row step of the AMX
+// kernels; with m <= 32 one panel of m rows, [kp / 32][m][3][32].
+constexpr int64_t kXtPanelRows = 32;
+inline int64_t XtPanelRows(int64_t m) { return m < kXtPanelRows ? m : kXtPanelRows; }
+inline int64_t XtBlockStride(int64_t m) { return 96 * XtPanelRows(m); }
+inline int64_t XtRowOffset(int64_t i, int64_t m, int64_t kp) {
+  return i / kXtPanelRows * (3 * XtPanelRows(m) * kp) + i % kXtPanelRows * 96;
+}
+inline int64_t XtSize(int64_t m, int64_t kp) {
+  return (m + kXtPanelRows - 1) / kXtPanelRows * (3 * XtPanelRows(m) * kp);
+}
 
 // 2^(s-127) for every E8M0 byte (255: NaN, 0: 2^-127).
 extern const float* const kE8m0;
