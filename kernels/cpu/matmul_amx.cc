@@ -258,7 +258,7 @@ constexpr int kSideLines = 4;
 // 67.7 / 65.7 -> 63.7 / 60.9. Up to 32 rows (decode) the layout is the one before.
 struct XRows {
   const uint16_t* x;
-  int64_t row, block, panel;  // panel: between rows i and i + 32 (p.xb: 32 rows)
+  int64_t row, block, panel;  // panel: from row i to row i + 32 (p.xb: 32 rows of kp)
   // Row i's first block; the rows after it, kTerms * row apart, up to the end of its panel.
   const uint16_t* Row(int64_t i, int kTerms) const {
     return x + i / kXtPanelRows * panel + i % kXtPanelRows * kTerms * row;
