@@ -1,5 +1,6 @@
 #include "server/generation_service.h"
 
+#include <algorithm>
 #include <deque>
 #include <mutex>
 #include <string_view>
@@ -146,9 +147,9 @@ class GenerateStream : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   bool NearDeadline() const {
     const auto deadline = ctx_->deadline();
     if (deadline == std::chrono::system_clock::time_point::max()) return false;
-    const auto margin = std::min<std::chrono::system_clock::duration>(
-        kDeadlineMargin, std::max<std::chrono::system_clock::duration>(kMinDeadlineMargin,
-                                                                       (deadline - arrived_) / 4));
+    using Duration = std::chrono::system_clock::duration;
+    const Duration margin =
+        std::clamp<Duration>((deadline - arrived_) / 4, kMinDeadlineMargin, kDeadlineMargin);
     return deadline <= std::chrono::system_clock::now() + margin;
   }
 

@@ -269,7 +269,7 @@ XRows XRowsOf(const Problem& p) {
   if constexpr (kTerms == 1) {
     return {p.xb, p.kp, 32, kXtPanelRows * p.kp};
   } else {
-    return {p.xt, 32, XtBlockStride(p.m), XtRowOffset(kXtPanelRows, p.m, p.kp)};
+    return {p.xt, 32, XtBlockStride(p.m), XtPanelStride(p.m, p.kp)};
   }
 }
 

@@ -114,11 +114,12 @@ void SplitRowToBf16x3(uint16_t* xt, int64_t block_stride, const float* x, int64_
 constexpr int64_t kXtPanelRows = 32;
 inline int64_t XtPanelRows(int64_t m) { return m < kXtPanelRows ? m : kXtPanelRows; }
 inline int64_t XtBlockStride(int64_t m) { return 96 * XtPanelRows(m); }
+inline int64_t XtPanelStride(int64_t m, int64_t kp) { return 3 * XtPanelRows(m) * kp; }
 inline int64_t XtRowOffset(int64_t i, int64_t m, int64_t kp) {
-  return i / kXtPanelRows * (3 * XtPanelRows(m) * kp) + i % kXtPanelRows * 96;
+  return i / kXtPanelRows * XtPanelStride(m, kp) + i % kXtPanelRows * 96;
 }
 inline int64_t XtSize(int64_t m, int64_t kp) {
-  return (m + kXtPanelRows - 1) / kXtPanelRows * (3 * XtPanelRows(m) * kp);
+  return (m + kXtPanelRows - 1) / kXtPanelRows * XtPanelStride(m, kp);
 }
 
 // 2^(s-127) for every E8M0 byte (255: NaN, 0: 2^-127).

@@ -259,19 +259,13 @@ void ThreadPool::Run(int64_t n, int64_t parts, int64_t chunk,
   tls_in_worker = true;
   RunParts(s.ticket, s.done, id, fn, n, parts, chunk);
   tls_in_worker = false;
-  // Wait for parts other threads took: spin briefly, then yield so a worker descheduled onto
-  // this core gets to finish its part instead of watching us spin.
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 1; s.done.load(std::memory_order_acquire) != parts; ++i) {
-    if (s.caller_hint < s.caller_hint_end) {  // its idle hint first (SetIdleHints)
-      PrefetchLines(s.caller_hint);
-      continue;
-    }
-    CpuRelax();
-    if (i % 64 == 0 && std::chrono::steady_clock::now() - start > kPureSpin) {
-      std::this_thread::yield();
-    }
-  }
+  // Wait for parts other threads took, prefetching the caller's idle hint first (SetIdleHints).
+  WaitUntil([&] { return s.done.load(std::memory_order_acquire) == parts; },
+            [&] {
+              if (s.caller_hint >= s.caller_hint_end) return false;
+              PrefetchLines(s.caller_hint);
+              return true;
+            });
 }
 
 void ThreadPool::ParallelFor(int64_t n, int64_t grain,
@@ -300,9 +294,10 @@ void ThreadPool::ParallelForChunks(int64_t n, int64_t chunk,
   Run(n, parts, chunk, fn);
 }
 
-void WaitUntil(const std::function<bool()>& done) {
+void WaitUntil(const std::function<bool()>& done, const std::function<bool()>& idle_work) {
   const auto start = std::chrono::steady_clock::now();
   for (int i = 1; !done(); ++i) {
+    if (idle_work && idle_work()) continue;
     CpuRelax();
     if (i % 64 == 0 && std::chrono::steady_clock::now() - start > kPureSpin) {
       std::this_thread::yield();

@@ -91,8 +91,9 @@ inline void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64
 // Returns once done() holds, waiting as the pool's threads do: spinning with a pause between
 // looks, then yielding the core after a few microseconds, so that a thread descheduled onto this
 // core gets to finish what is awaited. For a part of a parallel job that needs another part's
-// result.
-void WaitUntil(const std::function<bool()>& done);
+// result, and for ThreadPool::Run's wait for the parts others took. idle_work, when given, runs
+// before each pause and returns whether it did something (no pause then).
+void WaitUntil(const std::function<bool()>& done, const std::function<bool()>& idle_work = nullptr);
 
 // Shares of a pool's work (RunInShares): one per thread, at most kMaxShares; share t of `shares`
 // begins at unit ShareBegin(units, t, shares, tile) (a whole tile; ShareBegin(units, shares, ...) =
