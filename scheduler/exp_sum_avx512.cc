@@ -145,16 +145,17 @@ KIMI_AVX512 double RunMaximaExpSumAvx512(const float* x, size_t n, float* maxima
     }
     AddStep(v, _mm512_set1_ps(m), lo, hi);
   }
-  // The last values: a whole run of 64 if there is one, then fewer than 64 (in no run).
-  if (i + 64 <= n) {
-    __m512 run = minus_inf;
-    for (int h = 0; h < 4; ++h) run = FoldMax(run, _mm512_loadu_ps(x + i + 16 * h));
-    maxima[i / 64] = _mm512_reduce_max_ps(run);
-  }
+  // The last values: a whole run of 64 if there is one, then fewer than 64 (in no run), folded
+  // into one maximum.
   __m512 rest = minus_inf;
-  for (size_t j = i; j < n; j += 16) {
-    const __mmask16 live = LiveLanes(n - j);
-    rest = FoldMax(rest, _mm512_mask_loadu_ps(minus_inf, live, x + j));
+  size_t j = i;
+  if (i + 64 <= n) {
+    for (int h = 0; h < 4; ++h) rest = FoldMax(rest, _mm512_loadu_ps(x + i + 16 * h));
+    maxima[i / 64] = _mm512_reduce_max_ps(rest);
+    j += 64;
+  }
+  for (; j < n; j += 16) {
+    rest = FoldMax(rest, _mm512_mask_loadu_ps(minus_inf, LiveLanes(n - j), x + j));
   }
   const float rest_max = _mm512_reduce_max_ps(rest);
   if (rest_max > m) Grow(lo, hi, m, rest_max);
