@@ -638,7 +638,7 @@ void Mxfp4TilesRange(const Problem& p, int64_t n0, int64_t n1) {
     for (int64_t i0 = 0, rows = 0; i0 < p.m; i0 += rows) {
       // A chunk within one of p.xt's panels (its x tiles are rows kTerms * xr.row apart).
       rows = std::min(kChunkRows, p.m - i0);
-      if (kTerms == 3) rows = std::min(rows, kXtPanelRows - i0 % kXtPanelRows);
+      if constexpr (kTerms == 3) rows = std::min(rows, kXtPanelRows - i0 % kXtPanelRows);
       const int nt = static_cast<int>((rows + kRowsPerTile - 1) / kRowsPerTile);
       const int64_t last_rows = rows - (nt - 1) * kRowsPerTile;
       if (configured != rows) {
